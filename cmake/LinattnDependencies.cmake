@@ -1,0 +1,46 @@
+# Finds Kokkos, Kokkos Kernels, HDF5, CLI11, nlohmann_json and GoogleTest and
+# exposes one target for the Kokkos pair: linattn::kokkos.
+#
+# An upstream install (-DKokkos_ROOT=... -DKokkosKernels_ROOT=...) provides
+# working Kokkos::kokkos and Kokkos::kokkoskernels targets and is used as is.
+# Debian 12's Trilinos packaging (Kokkos 3.4) has rough edges, mended here only
+# when they are present: Kokkos::kokkos names /usr/lib/include (the headers are
+# in /usr/include/trilinos) and there is no Kokkos::kokkoskernels target, only
+# trilinos_kokkoskernels without include directories.
+
+find_package(Kokkos REQUIRED)
+find_package(KokkosKernels REQUIRED)
+
+add_library(linattn_kokkos INTERFACE)
+add_library(linattn::kokkos ALIAS linattn_kokkos)
+target_link_libraries(linattn_kokkos INTERFACE Kokkos::kokkos)
+
+if(TARGET Kokkos::kokkoskernels)
+  target_link_libraries(linattn_kokkos INTERFACE Kokkos::kokkoskernels)
+elseif(TARGET trilinos_kokkoskernels)
+  target_link_libraries(linattn_kokkos INTERFACE trilinos_kokkoskernels)
+else()
+  message(FATAL_ERROR "KokkosKernels was found but exposes neither Kokkos::kokkoskernels nor trilinos_kokkoskernels")
+endif()
+
+# Debian: the include directory recorded on Kokkos::kokkos does not exist.
+get_target_property(_linattn_kokkos_inc Kokkos::kokkos INTERFACE_INCLUDE_DIRECTORIES)
+set(_linattn_need_inc FALSE)
+foreach(_dir IN LISTS _linattn_kokkos_inc)
+  if(NOT _dir MATCHES "^\\$<" AND NOT EXISTS "${_dir}/Kokkos_Core.hpp")
+    set(_linattn_need_inc TRUE)
+  endif()
+endforeach()
+if(_linattn_need_inc OR NOT TARGET Kokkos::kokkoskernels)
+  find_path(LINATTN_KOKKOS_INCLUDE_DIR Kokkos_Core.hpp PATHS ${KokkosKernels_INCLUDE_DIRS} /usr/include/trilinos
+            NO_DEFAULT_PATH)
+  if(NOT LINATTN_KOKKOS_INCLUDE_DIR)
+    message(FATAL_ERROR "Kokkos_Core.hpp not found next to the Kokkos CMake package")
+  endif()
+  message(STATUS "linattn: mending Kokkos include directory -> ${LINATTN_KOKKOS_INCLUDE_DIR}")
+  target_include_directories(linattn_kokkos SYSTEM INTERFACE ${LINATTN_KOKKOS_INCLUDE_DIR})
+endif()
+
+find_package(HDF5 REQUIRED COMPONENTS C)
+find_package(CLI11 CONFIG REQUIRED)
+find_package(nlohmann_json REQUIRED)

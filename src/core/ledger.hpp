@@ -1,0 +1,48 @@
+// The FLOP and byte ledger (seed 000 sections 6.1-6.4): what each forward form
+// computes and the minimum data it must move. Counts follow the seed's
+// conventions: a GEMM of m x k by k x n costs 2mkn, intra-chunk products are
+// counted as full C x C tiles, and the causal FlashAttention reference is the
+// masked half of the N x N score and output products.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace linattn {
+
+enum class Variant { fused, materialized, recompute };
+const char* variant_name(Variant v);
+Variant parse_variant(const std::string& s);
+
+struct FlopCounts {
+  double state_sequential = 0;  // sum_c K_c^T V_c once per chunk: 2 T DK DV          (seed 6.4.2 "sequence out of grid")
+  double state_recompute = 0;   // every chunk rebuilds its prefix: sum_c 2 C_prev DK DV (seed 6.3 "step 1")
+  double readout = 0;           // Q_c S_c^prev: 2 T DK DV
+  double intra = 0;             // tril(Q_c K_c^T) V_c on full C x C tiles: 2 T C (DK + DV)
+  double ideal = 0;             // state_sequential + readout + intra = 4 T DK DV + 2 T C (DK + DV)
+  double causal_flash_attention = 0;  // T^2 (DK + DV), = 2 N^2 D for DK = DV
+  double redundancy = 0;        // state_recompute / state_sequential = (NC - 1) / 2 for full chunks
+};
+
+// All counts cover the whole problem (summed over B and H).
+FlopCounts count_flops(const Problem& p);
+
+// FLOPs a variant performs (fused and materialized: ideal; recompute: its
+// redundant prefix rebuild + readout + intra).
+double variant_flops(const Problem& p, Variant v);
+
+struct ByteCounts {
+  double q = 0, k = 0, v = 0, initial_state = 0;  // read once
+  double o = 0, h = 0, final_state = 0;           // written once
+  double total() const { return q + k + v + initial_state + o + h + final_state; }
+};
+
+// Minimum bytes moved: inputs read once, outputs written once. snapshot_dtype
+// may be null when snapshots are not stored.
+ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
+                       bool has_initial_state);
+
+}  // namespace linattn

@@ -1,0 +1,68 @@
+#include "core/problem.hpp"
+
+#include "core/tensor.hpp"
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+namespace linattn {
+
+bool is_supported_chunk(std::int64_t chunk) {
+  return chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128;
+}
+
+void validate_shapes(const Problem& p) {
+  auto positive = [](std::int64_t v, const char* name) {
+    if (v <= 0) throw std::invalid_argument(std::string(name) + " must be positive, got " + std::to_string(v));
+  };
+  positive(p.B, "batch size B");
+  positive(p.T, "sequence length T");
+  positive(p.H, "head count H");
+  positive(p.DK, "key dimension DK");
+  positive(p.DV, "value dimension DV");
+  positive(p.chunk, "chunk size");
+  if (!std::isfinite(p.scale)) throw std::invalid_argument("scale must be finite");
+}
+
+void validate(const Problem& p) {
+  validate_shapes(p);
+  if (!is_supported_chunk(p.chunk))
+    throw std::invalid_argument("chunk size " + std::to_string(p.chunk) + " is not supported (use 16, 32, 64 or 128)");
+}
+
+Problem problem_from_shapes(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
+                            const std::vector<std::int64_t>& v, std::int64_t chunk, double scale,
+                            const std::vector<std::int64_t>* initial_state) {
+  auto rank4 = [](const std::vector<std::int64_t>& s, const char* name) {
+    if (s.size() != 4)
+      throw std::invalid_argument(std::string(name) + " must have rank 4 [B, T, H, D], got shape " + shape_string(s));
+  };
+  rank4(q, "q");
+  rank4(k, "k");
+  rank4(v, "v");
+  const char* dims[] = {"B", "T", "H"};
+  for (int d = 0; d < 3; ++d) {
+    if (k[d] != q[d])
+      throw std::invalid_argument(std::string("k and q disagree in ") + dims[d] + ": q " + shape_string(q) + ", k " + shape_string(k));
+    if (v[d] != q[d])
+      throw std::invalid_argument(std::string("v and q disagree in ") + dims[d] + ": q " + shape_string(q) + ", v " + shape_string(v));
+  }
+  if (k[3] != q[3])
+    throw std::invalid_argument("q and k disagree in DK: q " + shape_string(q) + ", k " + shape_string(k));
+  Problem p;
+  p.B = q[0];
+  p.T = q[1];
+  p.H = q[2];
+  p.DK = q[3];
+  p.DV = v[3];
+  p.chunk = chunk;
+  p.scale = scale;
+  validate(p);
+  if (initial_state && *initial_state != p.state_shape())
+    throw std::invalid_argument("initial_state must have shape " + shape_string(p.state_shape()) + ", got " +
+                                shape_string(*initial_state));
+  return p;
+}
+
+}  // namespace linattn

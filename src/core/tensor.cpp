@@ -1,0 +1,61 @@
+#include "core/tensor.hpp"
+
+#include "core/half_types.hpp"
+
+#include <sstream>
+#include <stdexcept>
+
+namespace linattn {
+
+Tensor::Tensor(DType t, std::vector<std::int64_t> s) : dtype(t), shape(std::move(s)) {
+  bytes.assign(static_cast<std::size_t>(numel()) * dtype_size(dtype), 0);
+}
+
+std::int64_t Tensor::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return shape.empty() ? 0 : n;
+}
+
+double Tensor::get(std::int64_t i) const {
+  switch (dtype) {
+    case DType::f16: return fp16_to_float(data<fp16_t>()[i]);
+    case DType::bf16: return bf16_to_float(data<bf16_t>()[i]);
+    case DType::f32: return data<float>()[i];
+    case DType::f64: return data<double>()[i];
+  }
+  return 0.0;
+}
+
+void Tensor::set(std::int64_t i, double v) {
+  switch (dtype) {
+    case DType::f16: data<fp16_t>()[i] = fp16_from_float(static_cast<float>(v)); break;
+    case DType::bf16: data<bf16_t>()[i] = bf16_from_float(static_cast<float>(v)); break;
+    case DType::f32: data<float>()[i] = static_cast<float>(v); break;
+    case DType::f64: data<double>()[i] = v; break;
+  }
+}
+
+std::vector<double> Tensor::to_double() const {
+  std::vector<double> out(static_cast<std::size_t>(numel()));
+  for (std::int64_t i = 0; i < numel(); ++i) out[i] = get(i);
+  return out;
+}
+
+Tensor Tensor::from_double(DType t, std::vector<std::int64_t> s, const std::vector<double>& v) {
+  Tensor out(t, std::move(s));
+  if (static_cast<std::int64_t>(v.size()) != out.numel())
+    throw std::invalid_argument("Tensor::from_double: size mismatch");
+  for (std::int64_t i = 0; i < out.numel(); ++i) out.set(i, v[i]);
+  return out;
+}
+
+std::string shape_string(const std::vector<std::int64_t>& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+}  // namespace linattn

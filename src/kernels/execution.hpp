@@ -1,0 +1,39 @@
+// Where kernels run and the View types they take: one place to change the
+// execution space, and the compatibility shims between Kokkos 3.4 (Debian) and 4.x.
+#pragma once
+
+#include <Kokkos_Core.hpp>
+
+#include <string>
+
+namespace linattn {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
+using Member = TeamPolicy::member_type;
+using ScratchSpace = ExecSpace::scratch_memory_space;
+
+template <class T>
+using Tile = Kokkos::View<T**, Kokkos::LayoutRight, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+
+template <class T>
+using DeviceView4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
+template <class T>
+using DeviceView5 = Kokkos::View<T*****, Kokkos::LayoutRight, MemSpace>;
+
+// Pushes a named profiling region for the lifetime of the object (Kokkos 3.4
+// has no ScopedRegion; this works on every version).
+class ScopedRegion {
+ public:
+  explicit ScopedRegion(const std::string& name) { Kokkos::Profiling::pushRegion(name); }
+  ~ScopedRegion() { Kokkos::Profiling::popRegion(); }
+  ScopedRegion(const ScopedRegion&) = delete;
+  ScopedRegion& operator=(const ScopedRegion&) = delete;
+};
+
+// "Serial", "Cuda", ... and the Kokkos version as "4.6.99".
+std::string kokkos_backend_name();
+std::string kokkos_version_string();
+
+}  // namespace linattn

@@ -1,0 +1,79 @@
+#include "kernels/forward.hpp"
+
+#include "kernels/forward_typed.hpp"
+
+#include <stdexcept>
+
+namespace linattn {
+
+const char* snapshot_mode_name(SnapshotMode m) {
+  switch (m) {
+    case SnapshotMode::accumulation: return "acc";
+    case SnapshotMode::bf16: return "bf16";
+    case SnapshotMode::none: return "none";
+  }
+  return "?";
+}
+
+SnapshotMode parse_snapshot_mode(const std::string& s) {
+  if (s == "fp32" || s == "fp64" || s == "acc") return SnapshotMode::accumulation;
+  if (s == "bf16") return SnapshotMode::bf16;
+  if (s == "none") return SnapshotMode::none;
+  throw std::invalid_argument("unknown snapshot mode '" + s + "' (expected fp32, bf16 or none)");
+}
+
+DType output_dtype(DType input, const ForwardConfig& config) { return config.output_fp32 ? DType::f32 : input; }
+
+DType snapshot_dtype(DType input, SnapshotMode mode) {
+  return mode == SnapshotMode::bf16 ? DType::bf16 : accumulation_dtype(input);
+}
+
+namespace {
+
+void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
+  if (t.shape != expected)
+    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
+                                shape_string(expected));
+}
+
+template <class In, class Out>
+ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor* s0) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
+  if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, od, sd);
+  return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, od, sd);
+}
+
+template <class In>
+ForwardOutput with_output_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
+                               const Tensor& v, const Tensor* s0) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, q, k, v, s0);
+  return with_snapshot_type<In, In>(p, c, q, k, v, s0);
+}
+
+}  // namespace
+
+ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor* initial_state) {
+  validate(p);
+  check_shape(q, p.qk_shape(), "q");
+  check_shape(k, p.qk_shape(), "k");
+  check_shape(v, p.v_shape(), "v");
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
+                                dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
+  if (initial_state) check_shape(*initial_state, p.state_shape(), "initial_state");
+  if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
+  if (p.B * p.H * p.num_chunks() > std::numeric_limits<int>::max() / 2)
+    throw std::invalid_argument("problem too large for one launch (B * H * NT exceeds the league size limit)");
+  switch (q.dtype) {
+    case DType::f16: return with_output_type<fp16_t>(p, config, q, k, v, initial_state);
+    case DType::bf16: return with_output_type<bf16_t>(p, config, q, k, v, initial_state);
+    case DType::f32: return with_output_type<float>(p, config, q, k, v, initial_state);
+    case DType::f64: return with_output_type<double>(p, config, q, k, v, initial_state);
+  }
+  throw std::invalid_argument("unsupported dtype");
+}
+
+}  // namespace linattn

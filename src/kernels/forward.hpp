@@ -1,0 +1,47 @@
+// The host entry point of the kernels: takes host tensors, runs one variant on
+// Kokkos' default execution space, returns host tensors and timings. The
+// element types are chosen here, once, and dispatched to a template
+// instantiation.
+#pragma once
+
+#include "core/ledger.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+
+#include <cstdint>
+
+namespace linattn {
+
+enum class SnapshotMode {
+  accumulation,  // h in the accumulation type (fp32; fp64 for fp64 inputs)
+  bf16,          // h rounded to bf16 (what fla stores)
+  none           // h not returned (materialized still keeps it internally)
+};
+const char* snapshot_mode_name(SnapshotMode m);
+SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16, none
+
+struct ForwardConfig {
+  Variant variant = Variant::fused;
+  bool output_fp32 = false;  // o in fp32 instead of the input type
+  SnapshotMode snapshots = SnapshotMode::accumulation;
+  std::int64_t block_dv = 0;  // DV block width; 0 chooses from the scratch limit
+  int team_size = 0;          // 0: Kokkos::AUTO
+  bool poison_outputs = false;  // fill device outputs with NaN first, so that an unwritten element shows
+};
+
+struct ForwardOutput {
+  Tensor o, h, final_state;  // h is empty for SnapshotMode::none
+  double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
+  std::int64_t block_dv = 0;  // what the scratch plan chose
+  int scratch_level = 0;
+};
+
+DType output_dtype(DType input, const ForwardConfig& config);
+DType snapshot_dtype(DType input, SnapshotMode mode);  // meaningless for none
+
+// Validates everything (shapes, dtypes, problem) and throws
+// std::invalid_argument before any device work when something is wrong.
+ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
+                          const Tensor& v, const Tensor* initial_state = nullptr);
+
+}  // namespace linattn

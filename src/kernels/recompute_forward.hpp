@@ -1,0 +1,81 @@
+// The `recompute` variant (seed 000 section 4): league over (chunk, DV block,
+// batch*head); every team rebuilds the prefix state of its chunk from scratch,
+// (NT - 1) / 2 redundant K^T V per chunk on average. Kept to show the O(T^2)
+// cost of putting the sequence axis into the league.
+#pragma once
+
+#include "core/problem.hpp"
+#include "kernels/forward_views.hpp"
+#include "kernels/scratch_plan.hpp"
+#include "kernels/team_gemm.hpp"
+#include "kernels/tile_ops.hpp"
+
+namespace linattn {
+
+template <class Views>
+struct RecomputeForward {
+  using Acc = typename Views::acc_type;
+  Views views;
+  int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
+  Acc scale;
+
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
+    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
+    const int c = m.league_rank() % NT;
+    const int rest = m.league_rank() / NT;
+    const int bv = rest % num_blocks, bh = rest / num_blocks;
+    const int b = bh / H, h = bh % H;
+    const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
+    Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
+    Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
+
+    // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk is full).
+    load_state(m, S, views.initial_state, b, h, d0);
+    for (int cp = 0; cp < c; ++cp) {
+      m.team_barrier();
+      load_token_tile(m, K, views.k, b, cp * C, C, h, 0, DK);
+      load_token_tile(m, V, views.v, b, cp * C, C, h, d0, W);
+      m.team_barrier();
+      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);
+    }
+    m.team_barrier();
+    const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+    load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
+    load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
+    load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
+    if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, b, c, h, d0);
+    m.team_barrier();
+    // (2) + (3): O = scale (Q S + tril(Q K^T) V).
+    team_gemm<NoTrans, NoTrans>(m, scale, Q, S, Acc(0), O);
+    team_gemm<NoTrans, Trans>(m, scale, Q, K, Acc(0), A);
+    mask_upper_triangle(m, A);
+    m.team_barrier();
+    team_gemm<NoTrans, NoTrans>(m, Acc(1), A, V, Acc(1), O);
+    store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
+    if (c == NT - 1) {  // the last chunk's team owns the final state
+      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);
+      store_state(m, views.final_state, S, b, h, d0);
+    }
+  }
+};
+
+template <class Views>
+ScratchPlan run_recompute(const Problem& p, const Views& views, std::int64_t block_dv, int team_size) {
+  ScopedRegion region("linattn::recompute");
+  using Kernel = RecomputeForward<Views>;
+  const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
+  const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
+  Kernel kernel{views,
+                static_cast<int>(p.T), static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
+                static_cast<int>(p.chunk), static_cast<int>(p.num_chunks()), static_cast<int>(plan.block_dv),
+                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale)};
+  const int league = static_cast<int>(p.num_chunks() * num_blocks * p.B * p.H);
+  auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
+  Kokkos::parallel_for("linattn::recompute_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
+  return plan;
+}
+
+}  // namespace linattn
