@@ -2,10 +2,10 @@
 // final_state for fp64, fp32, fp16 and bf16 inputs, with outputs poisoned (NaN)
 // before the kernels run, on ragged chunks, DK != DV, B and H > 1, C in
 // {16, 32, 64}, with and without an initial state.
-#include "accuracy_levels.hpp"
+#include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
+#include "core/random_tensor.hpp"
 #include "kernels/forward.hpp"
-#include "random_inputs.hpp"
 #include "reference/references.hpp"
 
 #include <gtest/gtest.h>
@@ -15,8 +15,6 @@
 namespace linattn {
 namespace {
 
-using testing::random_inputs;
-using testing::stored_level;
 
 struct Shape {
   std::int64_t B, T, H, DK, DV, chunk, block_dv;
@@ -62,10 +60,8 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
         const double eo = relative_l2(out.o.to_double(), ref.o);
         const double eh = relative_l2(out.h.to_double(), ref.h);
         const double ef = relative_l2(out.final_state.to_double(), ref.final_state);
-        double o_level = stored_level(dtype, out.o.dtype);
-        // materialized reads its stored snapshots back, as fla's chunk_fwd_o does:
-        // bf16 snapshots add one bf16 rounding of the state to the inter-chunk term.
-        if (variant == Variant::materialized && snaps == SnapshotMode::bf16) o_level += unit_roundoff(DType::bf16);
+        const double o_level = output_level(dtype, out.o.dtype,
+                                            variant == Variant::materialized && snaps == SnapshotMode::bf16);
         EXPECT_LE(eo, o_level) << "o";
         EXPECT_LE(eh, stored_level(dtype, out.h.dtype)) << "h";
         EXPECT_LE(ef, stored_level(dtype, out.final_state.dtype)) << "final_state";

@@ -1,7 +1,7 @@
 // The fp64 references agree with each other to rounding, and the checks are
 // sensitive to the classic structural mistake (state update before the output).
 #include "core/error_metrics.hpp"
-#include "random_inputs.hpp"
+#include "core/random_tensor.hpp"
 #include "reference/references.hpp"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,6 @@
 namespace linattn {
 namespace {
 
-using testing::random_inputs;
 
 struct RefCase {
   Problem p;

@@ -1,8 +1,8 @@
 // Bad arguments are rejected with an exception naming the problem, before any
 // kernel runs (checked by counting Kokkos kernel launches through the tools
 // interface).
+#include "core/random_tensor.hpp"
 #include "kernels/forward.hpp"
-#include "random_inputs.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -13,7 +13,6 @@
 namespace linattn {
 namespace {
 
-using testing::random_inputs;
 
 int g_launches = 0;
 void count_launch(const char*, std::uint32_t, std::uint64_t*) { ++g_launches; }

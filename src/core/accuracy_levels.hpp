@@ -1,0 +1,28 @@
+// The accuracy each output must reach against the fp64 reference (DESIGN.md
+// section 6), shared by the tests and `linattn verify`. The kernels read
+// exactly the values the reference reads, so the only error sources are
+// accumulation in the accumulation type and one final rounding of each stored
+// element, which is bounded by the stored type's unit roundoff in relative L2
+// (|round(x) - x| <= u |x| elementwise).
+#pragma once
+
+#include "core/dtype.hpp"
+
+namespace linattn {
+
+// Accumulation error level: fp64 accumulation <= 1e-13, fp32 <= 1e-5.
+inline double accumulation_level(DType input) { return input == DType::f64 ? 1e-13 : 1e-5; }
+
+// Level for a tensor stored in `stored` after accumulation in the input's accumulation type.
+inline double stored_level(DType input, DType stored) {
+  return accumulation_level(input) + unit_roundoff(stored);
+}
+
+// Level for o: the materialized variant reads its stored snapshots back (as
+// fla's chunk_fwd_o does), so bf16 snapshots add one bf16 rounding of the
+// state to the inter-chunk term.
+inline double output_level(DType input, DType stored, bool materialized_reads_bf16_snapshots) {
+  return stored_level(input, stored) + (materialized_reads_bf16_snapshots ? unit_roundoff(DType::bf16) : 0.0);
+}
+
+}  // namespace linattn
