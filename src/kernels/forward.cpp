@@ -22,6 +22,22 @@ SnapshotMode parse_snapshot_mode(const std::string& s) {
   throw std::invalid_argument("unknown snapshot mode '" + s + "' (expected fp32, bf16 or none)");
 }
 
+const char* gemm_path_name(GemmPath g) {
+  switch (g) {
+    case GemmPath::automatic: return "auto";
+    case GemmPath::kokkos_kernels: return "kokkoskernels";
+    case GemmPath::tensor_core: return "tensorcore";
+  }
+  return "?";
+}
+
+GemmPath parse_gemm_path(const std::string& s) {
+  if (s == "auto") return GemmPath::automatic;
+  if (s == "kokkoskernels") return GemmPath::kokkos_kernels;
+  if (s == "tensorcore") return GemmPath::tensor_core;
+  throw std::invalid_argument("unknown gemm path '" + s + "' (expected auto, kokkoskernels or tensorcore)");
+}
+
 DType output_dtype(DType input, const ForwardConfig& config) { return config.output_fp32 ? DType::f32 : input; }
 
 DType snapshot_dtype(DType input, SnapshotMode mode) {
@@ -41,6 +57,11 @@ ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const
                                  const Tensor& v, const Tensor* s0) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
+  if (c.gemm == GemmPath::tensor_core) {  // explicit request: refuse loudly rather than fall back
+    const std::string why = c.snapshots == SnapshotMode::bf16 ? tensor_core_unavailable<In, Out, bf16_t>(p, c)
+                                                              : tensor_core_unavailable<In, Out, Acc>(p, c);
+    if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
+  }
   if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, od, sd);
   return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, od, sd);
 }

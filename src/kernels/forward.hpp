@@ -9,6 +9,7 @@
 #include "core/tensor.hpp"
 
 #include <cstdint>
+#include <string>
 
 namespace linattn {
 
@@ -20,8 +21,16 @@ enum class SnapshotMode {
 const char* snapshot_mode_name(SnapshotMode m);
 SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16, none
 
+// How tile products are computed: the portable KokkosBatched team GEMMs, or
+// the CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64).
+// automatic takes tensor cores where they can run and KokkosBatched elsewhere.
+enum class GemmPath { automatic, kokkos_kernels, tensor_core };
+const char* gemm_path_name(GemmPath g);
+GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore
+
 struct ForwardConfig {
   Variant variant = Variant::fused;
+  GemmPath gemm = GemmPath::automatic;
   bool output_fp32 = false;  // o in fp32 instead of the input type
   SnapshotMode snapshots = SnapshotMode::accumulation;
   std::int64_t block_dv = 0;  // DV block width; 0 chooses from the scratch limit
@@ -32,8 +41,9 @@ struct ForwardConfig {
 struct ForwardOutput {
   Tensor o, h, final_state;  // h is empty for SnapshotMode::none
   double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
-  std::int64_t block_dv = 0;  // what the scratch plan chose
+  std::int64_t block_dv = 0;  // what the scratch plan (or the tensor-core launcher) chose
   int scratch_level = 0;
+  GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
 };
 
 DType output_dtype(DType input, const ForwardConfig& config);

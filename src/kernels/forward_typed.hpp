@@ -6,6 +6,7 @@
 #include "kernels/fused_forward.hpp"
 #include "kernels/materialized_forward.hpp"
 #include "kernels/recompute_forward.hpp"
+#include "kernels/tensor_core_dispatch.hpp"
 
 #include <limits>
 #include <type_traits>
@@ -84,9 +85,13 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   Kokkos::fence();
   out.upload_seconds = timer.seconds();
 
+  const bool tensor_cores =
+      config.gemm != GemmPath::kokkos_kernels && tensor_core_unavailable<In, Out, Snap>(p, config).empty();
   timer.reset();
   ScratchPlan plan;
-  switch (config.variant) {
+  if (tensor_cores) {
+    plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
+  } else switch (config.variant) {
     case Variant::fused: plan = run_fused(p, views, config.block_dv, config.team_size); break;
     case Variant::recompute: plan = run_recompute(p, views, config.block_dv, config.team_size); break;
     case Variant::materialized: plan = run_materialized(p, views, config.block_dv, config.team_size); break;
@@ -95,6 +100,7 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   out.kernel_seconds = timer.seconds();
   out.block_dv = plan.block_dv;
   out.scratch_level = plan.level;
+  out.gemm = tensor_cores ? GemmPath::tensor_core : GemmPath::kokkos_kernels;
 
   timer.reset();
   out.o = Tensor(out_dtype, p.o_shape());

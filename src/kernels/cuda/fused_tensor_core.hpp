@@ -1,0 +1,339 @@
+// The `fused` forward on NVIDIA tensor cores (sm_80+: mma.sync m16n8k16 with
+// bf16/fp16 operands and fp32 accumulation), for chunk 64 and DK in {64, 128}.
+//
+// Why a CUDA kernel and not a Kokkos TeamPolicy: double-buffered bf16 tiles of
+// Q, K, V plus the bf16 copy of the state need 80-120 KB of shared memory per
+// block, and Kokkos' CUDA team scratch stops at 40936 bytes (DESIGN.md 7). This
+// kernel runs on Kokkos' own stream over Kokkos View memory, behind the same
+// variant interface; the TeamPolicy kernel stays the portable implementation.
+//
+// One block of 4 warps owns (DV block of BV columns, batch*head) and walks the
+// chunks in order (seed 000 section 6.4.2):
+//   A   = scale * tril(Q_c K_c^T)      warp w: rows 16w..16w+15, in registers
+//   O_c = scale * Q_c S + A V_c        S from shared memory, A from registers
+//   S  += K_c^T V_c                    warp w: state rows w*DK/4.., in registers (fp32)
+// The state never leaves the chip in fp32; each snapshot h[c] is stored as the
+// loop passes. Operands rounded to 16 bits for the tensor cores (the state S
+// and the scores A) are split into a high and a low 16-bit part, x = hi + lo,
+// so that their rounding costs ~2^-16 instead of 2^-8 relative: the result is
+// as accurate as fp32 accumulation, not bf16-operand accurate.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace linattn::cuda {
+
+struct FusedTensorCoreArgs {
+  const void* q;
+  const void* k;
+  const void* v;
+  const float* initial_state;  // [B, H, DK, DV] fp32 or null (zero)
+  void* o;                     // [B, T, H, DV], element type = input or fp32
+  void* h;                     // [B, NT, H, DK, DV], bf16 or fp32, or null (not stored)
+  float* final_state;          // [B, H, DK, DV]
+  int B, T, H, DK, DV;
+  float scale;
+};
+
+namespace detail {
+
+constexpr int kChunk = 64;
+constexpr int kWarps = 4;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
+
+template <class E>
+struct Elem;
+template <>
+struct Elem<__nv_bfloat16> {
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<std::uint32_t*>(&v);
+  }
+  __device__ static float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+  __device__ static void mma(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+template <>
+struct Elem<__half> {
+  __device__ static std::uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<std::uint32_t*>(&v);
+  }
+  __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
+  __device__ static void mma(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+};
+
+__device__ inline std::uint32_t smem_addr(const void* p) {
+  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ inline void ldmatrix_x4(std::uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ inline void ldmatrix_x4_trans(std::uint32_t* r, const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+// 16-byte asynchronous copy; src_bytes = 0 zero-fills (rows past the end of a ragged chunk).
+__device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+template <class T>
+__device__ inline void store_pair(T* p, float a, float b);
+template <>
+__device__ inline void store_pair<float>(float* p, float a, float b) {
+  *reinterpret_cast<float2*>(p) = make_float2(a, b);
+}
+template <>
+__device__ inline void store_pair<__nv_bfloat16>(__nv_bfloat16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+template <>
+__device__ inline void store_pair<__half>(__half* p, float a, float b) {
+  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
+}
+
+template <int DK, int BV>
+struct Layout {
+  static constexpr int qk_stride = DK + kPad;
+  static constexpr int v_stride = BV + kPad;
+  static constexpr int qk_tile = kChunk * qk_stride;  // elements
+  static constexpr int v_tile = kChunk * v_stride;
+  static constexpr int s_tile = DK * v_stride;
+  // Q, K, V double-buffered, then S_hi, S_lo.
+  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + 2 * s_tile;
+  static constexpr std::size_t bytes = std::size_t(elements) * 2;
+};
+
+template <class E, int DK, int BV, class OutT, class SnapT>
+__global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = Layout<DK, BV>;
+  constexpr int kSRows = DK / kWarps;  // state rows per warp
+  constexpr int kSMTiles = kSRows / 16;
+  constexpr int kNTiles = BV / 8;
+  constexpr int kKSteps = DK / 16;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  E* smem = reinterpret_cast<E*>(shared_raw);
+  E* q_s = smem;                      // [2][64][qk_stride]
+  E* k_s = q_s + 2 * L::qk_tile;      // [2][64][qk_stride]
+  E* v_s = k_s + 2 * L::qk_tile;      // [2][64][v_stride]
+  E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
+  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride]
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, t4 = lane & 3;
+  const int T = args.T, H = args.H, DV = args.DV;
+  const int b = blockIdx.y / H, hh = blockIdx.y % H, v0 = blockIdx.x * BV;
+  const int NT = (T + kChunk - 1) / kChunk;
+  const E* q = static_cast<const E*>(args.q) + (std::size_t(b) * T * H + hh) * DK;
+  const E* k = static_cast<const E*>(args.k) + (std::size_t(b) * T * H + hh) * DK;
+  const E* v = static_cast<const E*>(args.v) + (std::size_t(b) * T * H + hh) * DV + v0;
+  const std::size_t qk_token = std::size_t(H) * DK, v_token = std::size_t(H) * DV;
+
+  auto load_chunk = [&](int c, int buf) {
+    const int t0 = c * kChunk;
+    constexpr int qk_segs = DK / 8, v_segs = BV / 8;
+    for (int i = threadIdx.x; i < kChunk * qk_segs; i += kThreads) {
+      const int r = i / qk_segs, s = i % qk_segs, t = t0 + r;
+      const int bytes = t < T ? 16 : 0;
+      const std::size_t off = std::size_t(t < T ? t : 0) * qk_token + s * 8;
+      cp_async16(q_s + buf * L::qk_tile + r * L::qk_stride + s * 8, q + off, bytes);
+      cp_async16(k_s + buf * L::qk_tile + r * L::qk_stride + s * 8, k + off, bytes);
+    }
+    for (int i = threadIdx.x; i < kChunk * v_segs; i += kThreads) {
+      const int r = i / v_segs, s = i % v_segs, t = t0 + r;
+      cp_async16(v_s + buf * L::v_tile + r * L::v_stride + s * 8, v + std::size_t(t < T ? t : 0) * v_token + s * 8,
+                 t < T ? 16 : 0);
+    }
+    cp_async_commit();
+  };
+
+  // The state strip S[:, v0:v0+BV], warp w holding rows w*kSRows.., as mma accumulators:
+  // s[mt][nt][e] is S[row, col] with row = w*kSRows + 16mt + g + 8(e/2), col = 8nt + 2t4 + e%2.
+  float s[kSMTiles][kNTiles][4];
+  for (int mt = 0; mt < kSMTiles; ++mt)
+    for (int nt = 0; nt < kNTiles; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
+        s[mt][nt][e] = args.initial_state
+                           ? args.initial_state[((std::size_t(b) * H + hh) * DK + row) * DV + v0 + col]
+                           : 0.0f;
+      }
+
+  // Publishes the state: hi/lo 16-bit copies into shared memory for Q S, and
+  // the snapshot h[c] (or the final state when c == NT) to device memory.
+  auto publish_state = [&](int c) {
+    for (int mt = 0; mt < kSMTiles; ++mt)
+      for (int nt = 0; nt < kNTiles; ++nt)
+        for (int half = 0; half < 2; ++half) {
+          const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
+          const float x0 = s[mt][nt][2 * half], x1 = s[mt][nt][2 * half + 1];
+          const float h0 = Elem<E>::round(x0), h1 = Elem<E>::round(x1);
+          *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + col) = Elem<E>::pack(h0, h1);
+          *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + col) = Elem<E>::pack(x0 - h0, x1 - h1);
+          if (c == NT) {
+            float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + col;
+            f[0] = x0;
+            f[1] = x1;
+          } else if (args.h) {
+            SnapT* p = static_cast<SnapT*>(args.h) + (((std::size_t(b) * NT + c) * H + hh) * DK + row) * DV + v0 + col;
+            store_pair<SnapT>(p, x0, x1);
+          }
+        }
+  };
+
+  load_chunk(0, 0);
+  publish_state(0);
+  for (int c = 0; c < NT; ++c) {
+    const int buf = c & 1, t0 = c * kChunk;
+    cp_async_wait_all();
+    __syncthreads();  // chunk c and the state before it are in shared memory
+    if (c + 1 < NT) load_chunk(c + 1, buf ^ 1);  // overlaps this chunk's math
+
+    const E* qt = q_s + buf * L::qk_tile;
+    const E* kt = k_s + buf * L::qk_tile;
+    const E* vt = v_s + buf * L::v_tile;
+
+    // Q fragments of this warp's 16 rows, kept for both products that use them.
+    std::uint32_t qf[kKSteps][4];
+    for (int kk = 0; kk < kKSteps; ++kk)
+      ldmatrix_x4(qf[kk], qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
+
+    // A = Q K^T for rows 16w.., all 64 keys.
+    float a[8][4];
+    for (int nt = 0; nt < 8; ++nt)
+      for (int e = 0; e < 4; ++e) a[nt][e] = 0.0f;
+    for (int kk = 0; kk < kKSteps; ++kk)
+      for (int np = 0; np < 4; ++np) {
+        std::uint32_t kf[4];
+        ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
+        Elem<E>::mma(a[2 * np], qf[kk], kf[0], kf[1]);
+        Elem<E>::mma(a[2 * np + 1], qf[kk], kf[2], kf[3]);
+      }
+    for (int nt = 0; nt < 8; ++nt)
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * warp + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
+        a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
+      }
+
+    // O = scale * Q (S_hi + S_lo).
+    float o[kNTiles][4];
+    for (int nt = 0; nt < kNTiles; ++nt)
+      for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+    for (int kk = 0; kk < kKSteps; ++kk)
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4);
+        std::uint32_t sf[4];
+        ldmatrix_x4_trans(sf, s_hi + off);
+        Elem<E>::mma(o[2 * np], qf[kk], sf[0], sf[1]);
+        Elem<E>::mma(o[2 * np + 1], qf[kk], sf[2], sf[3]);
+        ldmatrix_x4_trans(sf, s_lo + off);
+        Elem<E>::mma(o[2 * np], qf[kk], sf[0], sf[1]);
+        Elem<E>::mma(o[2 * np + 1], qf[kk], sf[2], sf[3]);
+      }
+    for (int nt = 0; nt < kNTiles; ++nt)
+      for (int e = 0; e < 4; ++e) o[nt][e] *= args.scale;
+
+    // Per 16 keys: O += (A_hi + A_lo) V, then S += K^T V (the state update after the output).
+    for (int kk = 0; kk < 4; ++kk) {
+      std::uint32_t vf[kNTiles / 2][4];
+      for (int np = 0; np < kNTiles / 2; ++np)
+        ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
+      std::uint32_t ahi[4], alo[4];
+      for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
+        const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
+        const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
+        ahi[r] = Elem<E>::pack(h0, h1);
+        alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
+      }
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
+        Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
+        Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
+        Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
+      }
+      for (int mt = 0; mt < kSMTiles; ++mt) {
+        std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys, from K stored [key][d]
+        ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + warp * kSRows + 16 * mt + 8 * ((lane >> 3) & 1));
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          Elem<E>::mma(s[mt][2 * np], kf, vf[np][0], vf[np][1]);
+          Elem<E>::mma(s[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
+        }
+      }
+    }
+
+    // Write this chunk's rows of o.
+    OutT* ob = static_cast<OutT*>(args.o);
+    for (int nt = 0; nt < kNTiles; ++nt)
+      for (int half = 0; half < 2; ++half) {
+        const int row = 16 * warp + g + 8 * half, t = t0 + row;
+        if (t < T)
+          store_pair<OutT>(ob + ((std::size_t(b) * T + t) * H + hh) * DV + v0 + 8 * nt + 2 * t4, o[nt][2 * half],
+                           o[nt][2 * half + 1]);
+      }
+    __syncthreads();  // every warp has read S_hi/S_lo of the old state
+    publish_state(c + 1);
+  }
+#endif
+}
+
+template <class E, int DK, int BV, class OutT, class SnapT>
+void launch_fused_tensor_core(const FusedTensorCoreArgs& args, cudaStream_t stream) {
+  auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT>;
+  const std::size_t bytes = Layout<DK, BV>::bytes;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+  if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
+  const dim3 grid(args.DV / BV, args.B * args.H);
+  kernel<<<grid, kThreads, bytes, stream>>>(args);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) throw std::runtime_error(std::string("fused tensor-core launch: ") + cudaGetErrorString(err));
+}
+
+}  // namespace detail
+
+// Whether the tensor-core kernel handles this shape (else use the portable path).
+inline bool fused_tensor_core_supports(int chunk, int DK, int DV) {
+  return chunk == detail::kChunk && (DK == 64 || DK == 128) && DV % 32 == 0;
+}
+
+// block_dv: 32 or 64 (0 chooses: 64 when that still gives >= 2 blocks per SM's worth of work).
+template <class E, class OutT, class SnapT>
+int run_fused_tensor_core(const FusedTensorCoreArgs& args, int block_dv, int num_sms, cudaStream_t stream) {
+  if (block_dv == 0) block_dv = (args.DV % 64 == 0 && args.B * args.H * (args.DV / 64) >= 2 * num_sms) ? 64 : 32;
+  if (block_dv != 32 && block_dv != 64) throw std::invalid_argument("tensor-core fused: block_dv must be 32 or 64");
+  if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
+  if (args.DK == 128) {
+    if (block_dv == 64) detail::launch_fused_tensor_core<E, 128, 64, OutT, SnapT>(args, stream);
+    else detail::launch_fused_tensor_core<E, 128, 32, OutT, SnapT>(args, stream);
+  } else {
+    if (block_dv == 64) detail::launch_fused_tensor_core<E, 64, 64, OutT, SnapT>(args, stream);
+    else detail::launch_fused_tensor_core<E, 64, 32, OutT, SnapT>(args, stream);
+  }
+  return block_dv;
+}
+
+}  // namespace linattn::cuda

@@ -1,0 +1,104 @@
+// The tensor-core fused kernel (CUDA builds) matches the fp64 reference like
+// the portable path does; elsewhere asking for it is a clear error, and the
+// portable KokkosBatched path stays selectable and tested everywhere.
+#include "accuracy_levels.hpp"
+#include "core/error_metrics.hpp"
+#include "kernels/forward.hpp"
+#include "random_inputs.hpp"
+#include "reference/references.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+namespace linattn {
+namespace {
+
+using testing::random_inputs;
+using testing::stored_level;
+using testing::tensor_core_split_level;
+
+Problem tc_problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV) {
+  Problem p;
+  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = 64; p.scale = 0.3;
+  return p;
+}
+
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr bool kHaveTensorCores = true;
+#else
+constexpr bool kHaveTensorCores = false;
+#endif
+
+TEST(TensorCore, MatchesReferenceOnGpu) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
+  const Problem problems[] = {tc_problem(2, 200, 3, 128, 96), tc_problem(1, 64, 2, 64, 64), tc_problem(3, 129, 2, 64, 128)};
+  std::uint64_t seed = 500;
+  for (const Problem& p : problems) {
+    for (DType dtype : {DType::bf16, DType::f16}) {
+      for (bool with_state : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " T=" + std::to_string(p.T) + " DK=" + std::to_string(p.DK) +
+                     " DV=" + std::to_string(p.DV) + (with_state ? " with initial state" : ""));
+        const auto in = random_inputs(p, dtype, ++seed, with_state);
+        const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                                  s0 = in.initial_state.to_double();
+        const auto ref = reference::chunked(p, {q, k, v, with_state ? &s0 : nullptr});
+        for (std::int64_t block_dv : {0, 32, 64}) {
+          if (p.DV % (block_dv ? block_dv : 32) != 0) continue;
+          for (bool fp32_out : {false, true}) {
+            for (SnapshotMode snaps : {SnapshotMode::accumulation, SnapshotMode::bf16}) {
+              ForwardConfig cfg;
+              cfg.gemm = GemmPath::tensor_core;
+              cfg.block_dv = block_dv;
+              cfg.output_fp32 = fp32_out;
+              cfg.snapshots = snaps;
+              cfg.poison_outputs = true;
+              const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, with_state ? &in.initial_state : nullptr);
+              ASSERT_EQ(out.gemm, GemmPath::tensor_core);
+              const double split = tensor_core_split_level(dtype);
+              EXPECT_LE(relative_l2(out.o.to_double(), ref.o), stored_level(dtype, out.o.dtype) + split)
+                  << "o, block_dv " << out.block_dv << ", out " << dtype_name(out.o.dtype);
+              EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype))
+                  << "h, snapshots " << dtype_name(out.h.dtype);
+              EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, DType::f32));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(TensorCore, UnavailableRequestIsAClearError) {
+  const Problem p = tc_problem(1, 64, 1, 32, 32);  // DK 32: no tensor-core kernel anywhere
+  const auto in = random_inputs(p, DType::bf16, 1, false);
+  ForwardConfig cfg;
+  cfg.gemm = GemmPath::tensor_core;
+  try {
+    run_forward(p, cfg, in.q, in.k, in.v);
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensorcore is not available"), std::string::npos) << e.what();
+  }
+}
+
+TEST(TensorCore, PortablePathStaysSelectable) {
+  // Where tensor cores would be chosen automatically, kokkoskernels still runs the TeamPolicy kernel.
+  const Problem p = tc_problem(1, 100, 2, 64, 64);
+  const auto in = random_inputs(p, DType::bf16, 2, true);
+  const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                            s0 = in.initial_state.to_double();
+  const auto ref = reference::chunked(p, {q, k, v, &s0});
+  ForwardConfig cfg;
+  cfg.gemm = GemmPath::kokkos_kernels;
+  cfg.output_fp32 = true;
+  cfg.poison_outputs = true;
+  const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state);
+  EXPECT_EQ(out.gemm, GemmPath::kokkos_kernels);
+  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), stored_level(DType::bf16, DType::f32));
+  cfg.gemm = GemmPath::automatic;
+  EXPECT_EQ(run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state).gemm,
+            kHaveTensorCores ? GemmPath::tensor_core : GemmPath::kokkos_kernels);
+}
+
+}  // namespace
+}  // namespace linattn
