@@ -1,10 +1,10 @@
 // The tensor-core fused kernel (CUDA builds) matches the fp64 reference like
 // the portable path does; elsewhere asking for it is a clear error, and the
 // portable KokkosBatched path stays selectable and tested everywhere.
-#include "accuracy_levels.hpp"
+#include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
+#include "core/random_tensor.hpp"
 #include "kernels/forward.hpp"
-#include "random_inputs.hpp"
 #include "reference/references.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -13,9 +13,6 @@
 namespace linattn {
 namespace {
 
-using testing::random_inputs;
-using testing::stored_level;
-using testing::tensor_core_split_level;
 
 Problem tc_problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV) {
   Problem p;
