@@ -3,10 +3,7 @@
 
 #include "core/half_types.hpp"
 #include "kernels/forward.hpp"
-#include "kernels/fused_forward.hpp"
-#include "kernels/materialized_forward.hpp"
-#include "kernels/recompute_forward.hpp"
-#include "kernels/tensor_core_dispatch.hpp"
+#include "kernels/run_variant.hpp"
 
 #include <limits>
 #include <type_traits>
@@ -85,22 +82,13 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   Kokkos::fence();
   out.upload_seconds = timer.seconds();
 
-  const bool tensor_cores =
-      config.gemm != GemmPath::kokkos_kernels && tensor_core_unavailable<In, Out, Snap>(p, config).empty();
   timer.reset();
-  ScratchPlan plan;
-  if (tensor_cores) {
-    plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
-  } else switch (config.variant) {
-    case Variant::fused: plan = run_fused(p, views, config.block_dv, config.team_size); break;
-    case Variant::recompute: plan = run_recompute(p, views, config.block_dv, config.team_size); break;
-    case Variant::materialized: plan = run_materialized(p, views, config.block_dv, config.team_size); break;
-  }
+  const VariantRun run = run_variant(p, config, views);
   Kokkos::fence();
   out.kernel_seconds = timer.seconds();
-  out.block_dv = plan.block_dv;
-  out.scratch_level = plan.level;
-  out.gemm = tensor_cores ? GemmPath::tensor_core : GemmPath::kokkos_kernels;
+  out.block_dv = run.plan.block_dv;
+  out.scratch_level = run.plan.level;
+  out.gemm = run.gemm;
 
   timer.reset();
   out.o = Tensor(out_dtype, p.o_shape());

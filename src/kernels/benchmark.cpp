@@ -1,0 +1,194 @@
+#include "kernels/benchmark.hpp"
+
+#include "core/error_metrics.hpp"
+#include "core/random_tensor.hpp"
+#include "kernels/forward_typed.hpp"
+#include "kernels/run_variant.hpp"
+#include "reference/references.hpp"
+
+#include <Kokkos_Random.hpp>
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace linattn {
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string device_name() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  if (std::is_same<ExecSpace, Kokkos::Cuda>::value) {
+    int device = 0;
+    cudaDeviceProp prop;
+    cudaGetDevice(&device);
+    if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) return prop.name;
+  }
+#endif
+  return "host (" + kokkos_backend_name() + ")";
+}
+
+// Uniform in [-1, 1) without exact zeros, rounded to T, generated on the device.
+template <class T>
+void fill_random(const DeviceView4<T>& x, std::uint64_t seed) {
+  Kokkos::Random_XorShift64_Pool<ExecSpace> pool(seed);
+  T* data = x.data();
+  Kokkos::parallel_for(
+      "linattn::bench::fill_random", Kokkos::RangePolicy<ExecSpace>(0, x.size()), KOKKOS_LAMBDA(const std::size_t i) {
+        auto gen = pool.get_state();
+        double r = gen.drand(-1.0, 1.0);
+        pool.free_state(gen);
+        if (r == 0.0) r = 0.5;
+        data[i] = from_acc<T>(r);
+      });
+}
+
+// x(0, 0:tokens, 0, :) as fp64 on the host: the (b = 0, h = 0) slice.
+template <class T>
+std::vector<double> slice_to_host(const DeviceView4<T>& x, std::int64_t tokens) {
+  const std::int64_t D = static_cast<std::int64_t>(x.extent(3));
+  Kokkos::View<double**, Kokkos::LayoutRight, MemSpace> dense("linattn::bench::slice", tokens, D);
+  Kokkos::parallel_for(
+      "linattn::bench::slice", Kokkos::RangePolicy<ExecSpace>(0, tokens * D), KOKKOS_LAMBDA(const std::int64_t i) {
+        dense(i / D, i % D) = storage_traits<T>::to_double(x(0, i / D, 0, i % D));
+      });
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dense);
+  return std::vector<double>(host.data(), host.data() + tokens * D);
+}
+
+template <class In, class Out, class Snap>
+BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const Problem& p = bc.problem;
+  BenchReport report;
+
+  DeviceView4<In> q(Kokkos::view_alloc(std::string("q"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  DeviceView4<In> k(Kokkos::view_alloc(std::string("k"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  DeviceView4<In> v(Kokkos::view_alloc(std::string("v"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  fill_random(q, derive_seed(bc.seed, 1));
+  fill_random(k, derive_seed(bc.seed, 2));
+  fill_random(v, derive_seed(bc.seed, 3));
+  ForwardViews<In, Out, Snap, Acc> views;
+  views.q = q;
+  views.k = k;
+  views.v = v;
+  views.o = DeviceView4<Out>(Kokkos::view_alloc(std::string("o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("final_state"), Kokkos::WithoutInitializing),
+                                       p.B, p.H, p.DK, p.DV);
+  if (bc.snapshots != SnapshotMode::none)
+    views.h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), p.B,
+                                p.num_chunks(), p.H, p.DK, p.DV);
+
+  // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that slice.
+  const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
+  Problem slice = p;
+  slice.B = 1;
+  slice.H = 1;
+  slice.T = tokens;
+  const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens);
+  const std::vector<double> o_ref = reference::chunked(slice, {qs, ks, vs, nullptr}).o;
+
+  const DType in_dtype = bc.dtype;
+  const DType out_dtype = bc.output_fp32 ? DType::f32 : in_dtype;
+  const DType snap_dtype = snapshot_dtype(in_dtype, bc.snapshots);
+  for (Variant variant : bc.variants) {
+    ForwardConfig cfg;
+    cfg.variant = variant;
+    cfg.gemm = bc.gemm;
+    cfg.snapshots = bc.snapshots;
+    cfg.output_fp32 = bc.output_fp32;
+    cfg.block_dv = bc.block_dv;
+    cfg.team_size = bc.team_size;
+    if (bc.gemm == GemmPath::tensor_core && variant == Variant::fused) {
+      const std::string why = tensor_core_unavailable<In, Out, Snap>(p, cfg);
+      if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
+    }
+    Kokkos::deep_copy(views.o, quiet_nan<Out>());  // poisoned: the accuracy check sees unwritten elements
+    VariantRun run;
+    for (int i = 0; i < bc.warmup; ++i) run = run_variant(p, cfg, views);
+    Kokkos::fence();
+    std::vector<double> ms;
+    for (int i = 0; i < bc.reps; ++i) {
+      Kokkos::Timer timer;
+      run = run_variant(p, cfg, views);
+      Kokkos::fence();
+      ms.push_back(timer.seconds() * 1e3);
+    }
+    VariantTiming row;
+    row.variant = variant;
+    row.gemm = run.gemm;
+    row.block_dv = run.plan.block_dv;
+    row.median_ms = median(ms);
+    row.min_ms = *std::min_element(ms.begin(), ms.end());
+    row.max_ms = *std::max_element(ms.begin(), ms.end());
+    row.flops = variant_flops(p, variant);
+    row.min_bytes = count_bytes(p, in_dtype, out_dtype, bc.snapshots == SnapshotMode::none ? nullptr : &snap_dtype,
+                                false)
+                        .total();
+    row.gbps = row.min_bytes / (row.median_ms * 1e-3) / 1e9;
+    row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12;
+    row.copy_fraction = row.gbps / copy_gbps;
+    row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
+    row.o_rel_l2 = relative_l2(slice_to_host(views.o, tokens), o_ref);
+    report.rows.push_back(row);
+  }
+  return report;
+}
+
+template <class In, class Out>
+BenchReport bench_snapshot_type(const BenchConfig& bc, double copy_gbps) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  if (bc.snapshots == SnapshotMode::bf16) return bench_typed<In, Out, bf16_t>(bc, copy_gbps);
+  return bench_typed<In, Out, Acc>(bc, copy_gbps);
+}
+
+template <class In>
+BenchReport bench_output_type(const BenchConfig& bc, double copy_gbps) {
+  if (bc.output_fp32) return bench_snapshot_type<In, float>(bc, copy_gbps);
+  return bench_snapshot_type<In, In>(bc, copy_gbps);
+}
+
+}  // namespace
+
+double measure_copy_bandwidth(std::size_t bytes, int reps) {
+  const std::size_t n = bytes / sizeof(float);
+  Kokkos::View<float*, MemSpace> a(Kokkos::view_alloc(std::string("linattn::bench::copy_a"), Kokkos::WithoutInitializing), n);
+  Kokkos::View<float*, MemSpace> b(Kokkos::view_alloc(std::string("linattn::bench::copy_b"), Kokkos::WithoutInitializing), n);
+  Kokkos::deep_copy(a, 1.0f);
+  Kokkos::deep_copy(b, a);  // warm-up
+  Kokkos::fence();
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    Kokkos::Timer timer;
+    Kokkos::deep_copy(b, a);
+    Kokkos::fence();
+    s.push_back(timer.seconds());
+  }
+  return 2.0 * static_cast<double>(n * sizeof(float)) / median(s) / 1e9;
+}
+
+BenchReport run_benchmark(const BenchConfig& bc) {
+  validate(bc.problem);
+  if (bc.reps < 1) throw std::invalid_argument("reps must be at least 1");
+  const bool gpu = !std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
+  const double copy_gbps = measure_copy_bandwidth(gpu ? (std::size_t(2) << 30) : (std::size_t(512) << 20), gpu ? 10 : 5);
+  BenchReport report;
+  switch (bc.dtype) {
+    case DType::f16: report = bench_output_type<fp16_t>(bc, copy_gbps); break;
+    case DType::bf16: report = bench_output_type<bf16_t>(bc, copy_gbps); break;
+    case DType::f32: report = bench_output_type<float>(bc, copy_gbps); break;
+    case DType::f64: report = bench_output_type<double>(bc, copy_gbps); break;
+  }
+  report.backend = kokkos_backend_name();
+  report.kokkos_version = kokkos_version_string();
+  report.device = device_name();
+  report.copy_gbps = copy_gbps;
+  return report;
+}
+
+}  // namespace linattn

@@ -1,0 +1,56 @@
+// The device-resident benchmark behind `linattn bench`: random inputs made on
+// the device, warm-up, fenced timings (median of N), the copy bandwidth of the
+// same device measured in the same run, the ledger's FLOPs and minimum bytes,
+// and the accuracy of o against the fp64 reference on a slice.
+#pragma once
+
+#include "core/ledger.hpp"
+#include "kernels/forward.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace linattn {
+
+struct BenchConfig {
+  Problem problem;
+  DType dtype = DType::bf16;
+  std::vector<Variant> variants{Variant::fused, Variant::materialized, Variant::recompute};
+  GemmPath gemm = GemmPath::automatic;
+  SnapshotMode snapshots = SnapshotMode::bf16;  // as fla stores h
+  bool output_fp32 = false;
+  std::int64_t block_dv = 0;
+  int team_size = 0;
+  int reps = 20;
+  int warmup = 3;
+  std::int64_t accuracy_tokens = 1024;  // tokens of (b=0, h=0) checked against fp64
+  std::uint64_t seed = 1;
+};
+
+struct VariantTiming {
+  Variant variant = Variant::fused;
+  GemmPath gemm = GemmPath::kokkos_kernels;
+  std::int64_t block_dv = 0;
+  double median_ms = 0, min_ms = 0, max_ms = 0;
+  double flops = 0, min_bytes = 0;
+  double gbps = 0;            // min_bytes / median time
+  double tflops = 0;          // ledger FLOPs / median time
+  double copy_fraction = 0;   // gbps / measured copy bandwidth
+  double floor_ms = 0;        // min_bytes / measured copy bandwidth
+  double o_rel_l2 = 0;        // vs fp64 reference on the slice
+};
+
+struct BenchReport {
+  std::string backend, kokkos_version, device;
+  double copy_gbps = 0;  // large device-to-device copy, bytes read + written
+  std::vector<VariantTiming> rows;
+};
+
+// Measures the copy bandwidth (bytes read + written per second) with a
+// deep_copy of `bytes` bytes, median of `reps`.
+double measure_copy_bandwidth(std::size_t bytes, int reps);
+
+BenchReport run_benchmark(const BenchConfig& config);
+
+}  // namespace linattn

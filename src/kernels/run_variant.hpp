@@ -1,0 +1,38 @@
+// Runs one forward variant on Views that already live on the device: the
+// tensor-core kernel where it applies (and is not turned off), the portable
+// TeamPolicy kernels otherwise. Shared by run_forward and the benchmark.
+#pragma once
+
+#include "kernels/forward.hpp"
+#include "kernels/fused_forward.hpp"
+#include "kernels/materialized_forward.hpp"
+#include "kernels/recompute_forward.hpp"
+#include "kernels/tensor_core_dispatch.hpp"
+
+namespace linattn {
+
+struct VariantRun {
+  ScratchPlan plan;
+  GemmPath gemm = GemmPath::kokkos_kernels;
+};
+
+template <class Views>
+VariantRun run_variant(const Problem& p, const ForwardConfig& config, const Views& views) {
+  using In = typename Views::input_type;
+  using Out = typename Views::output_type;
+  using Snap = typename Views::snapshot_type;
+  VariantRun run;
+  if (config.gemm != GemmPath::kokkos_kernels && tensor_core_unavailable<In, Out, Snap>(p, config).empty()) {
+    run.plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
+    run.gemm = GemmPath::tensor_core;
+    return run;
+  }
+  switch (config.variant) {
+    case Variant::fused: run.plan = run_fused(p, views, config.block_dv, config.team_size); break;
+    case Variant::recompute: run.plan = run_recompute(p, views, config.block_dv, config.team_size); break;
+    case Variant::materialized: run.plan = run_materialized(p, views, config.block_dv, config.team_size); break;
+  }
+  return run;
+}
+
+}  // namespace linattn

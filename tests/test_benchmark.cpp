@@ -1,0 +1,38 @@
+// The benchmark engine times every variant it is asked for, on data it makes on
+// the device, and checks o against the fp64 reference (so a fast but wrong
+// kernel cannot hide behind a good time).
+#include "core/accuracy_levels.hpp"
+#include "kernels/benchmark.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+namespace linattn {
+namespace {
+
+TEST(Benchmark, TimesEachVariantAndChecksAccuracy) {
+  BenchConfig bc;
+  bc.problem.B = 1; bc.problem.T = 130; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 32; bc.problem.chunk = 32;
+  bc.dtype = DType::f32;
+  bc.snapshots = SnapshotMode::accumulation;
+  bc.reps = 3;
+  bc.warmup = 1;
+  bc.accuracy_tokens = 100;
+  const BenchReport r = run_benchmark(bc);
+  EXPECT_GT(r.copy_gbps, 0.0);
+  EXPECT_FALSE(r.backend.empty());
+  ASSERT_EQ(r.rows.size(), 3u);
+  for (const VariantTiming& row : r.rows) {
+    SCOPED_TRACE(variant_name(row.variant));
+    EXPECT_GT(row.median_ms, 0.0);
+    EXPECT_LE(row.min_ms, row.median_ms);
+    EXPECT_GT(row.min_bytes, 0.0);
+    EXPECT_EQ(row.flops, variant_flops(bc.problem, row.variant));
+    EXPECT_NEAR(row.gbps, row.min_bytes / (row.median_ms * 1e-3) / 1e9, 1e-9 * row.gbps);
+    EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32));  // NaN fails too
+  }
+}
+
+}  // namespace
+}  // namespace linattn
