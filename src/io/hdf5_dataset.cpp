@@ -1,0 +1,226 @@
+#include "io/hdf5_dataset.hpp"
+
+#include "io/file_error.hpp"
+#include "io/hdf5_errors.hpp"
+#include "io/hdf5_handles.hpp"
+#include "io/hdf5_types.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace linattn::hdf5 {
+namespace {
+
+std::string with_detail(const std::string& what) {
+  const std::string detail = last_error_detail();
+  return detail.empty() ? what : what + " (HDF5: " + detail + ")";
+}
+
+// The kind of object at path (H5I_DATASET, H5I_GROUP, ...), H5I_BADID when there is none.
+H5I_type_t object_type(hid_t file, const std::string& path) {
+  if (!link_exists(file, path)) return H5I_BADID;
+  const hid_t id = H5Oopen(file, path.c_str(), H5P_DEFAULT);
+  if (id < 0) {
+    last_error_detail();  // clear the stack: "not there" is an answer here, not an error
+    return H5I_BADID;
+  }
+  const H5I_type_t type = H5Iget_type(id);
+  H5Oclose(id);
+  return type;
+}
+
+Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path) {
+  if (!link_exists(file, path)) throw FileError(file_name, path, "missing");
+  if (!is_dataset(file, path)) throw FileError(file_name, path, "is not a dataset");
+  Dataset ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be opened"));
+  return ds;
+}
+
+// Error context for an attribute: the file itself, or a dataset/group in it.
+[[noreturn]] void attribute_error(const std::string& file_name, const std::string& object, const std::string& name,
+                                  const std::string& what) {
+  const std::string msg = "attribute '" + name + "': " + what;
+  if (object == "/") throw FileError(file_name, msg);
+  throw FileError(file_name, object, msg);
+}
+
+Attribute open_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                         const std::string& name) {
+  const htri_t exists = H5Aexists_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT);
+  if (exists < 0) attribute_error(file_name, object, name, with_detail("cannot be looked up"));
+  if (exists == 0) return Attribute();
+  Attribute attr(H5Aopen_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!attr.valid()) attribute_error(file_name, object, name, with_detail("cannot be opened"));
+  Dataspace space(H5Aget_space(attr.get()));
+  if (H5Sget_simple_extent_npoints(space.get()) != 1) attribute_error(file_name, object, name, "is not a single value");
+  return attr;
+}
+
+void write_scalar_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                            const std::string& name, hid_t type, const void* value) {
+  // Replacing an attribute means deleting it first (HDF5 does not overwrite).
+  if (H5Aexists_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT) > 0)
+    H5Adelete_by_name(file, object.c_str(), name.c_str(), H5P_DEFAULT);
+  Dataspace space(H5Screate(H5S_SCALAR));
+  Attribute attr(H5Acreate_by_name(file, object.c_str(), name.c_str(), type, space.get(), H5P_DEFAULT, H5P_DEFAULT,
+                                   H5P_DEFAULT));
+  if (!attr.valid() || H5Awrite(attr.get(), type, value) < 0)
+    attribute_error(file_name, object, name, with_detail("cannot be written"));
+}
+
+Datatype variable_string_type() {
+  Datatype t(H5Tcopy(H5T_C_S1));
+  H5Tset_size(t.get(), H5T_VARIABLE);
+  H5Tset_cset(t.get(), H5T_CSET_UTF8);
+  return t;
+}
+
+}  // namespace
+
+bool link_exists(hid_t file, const std::string& path) {
+  // Check each prefix: H5Lexists fails (rather than answering no) when an
+  // intermediate group is missing.
+  std::size_t pos = 0;
+  while (true) {
+    pos = path.find('/', pos + 1);
+    const std::string prefix = path.substr(0, pos);
+    if (!prefix.empty() && H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
+      last_error_detail();
+      return false;
+    }
+    if (pos == std::string::npos) return true;
+  }
+}
+
+bool is_dataset(hid_t file, const std::string& path) { return object_type(file, path) == H5I_DATASET; }
+bool is_group(hid_t file, const std::string& path) { return object_type(file, path) == H5I_GROUP; }
+
+DatasetInfo dataset_info(hid_t file, const std::string& file_name, const std::string& path) {
+  const Dataset ds = open_dataset(file, file_name, path);
+  const Datatype type(H5Dget_type(ds.get()));
+  DatasetInfo info{};
+  try {
+    info.dtype = dtype_of(type.get());
+  } catch (const std::invalid_argument& e) {
+    throw FileError(file_name, path, e.what());
+  }
+  const Dataspace space(H5Dget_space(ds.get()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 0) throw FileError(file_name, path, with_detail("unreadable dataspace"));
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  info.shape.assign(dims.begin(), dims.end());
+  return info;
+}
+
+Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& path) {
+  const DatasetInfo info = dataset_info(file, file_name, path);
+  if (info.shape.empty()) throw FileError(file_name, path, "is a scalar, expected an array");
+  Tensor t(info.dtype, info.shape);
+  if (t.numel() == 0) return t;
+  const Dataset ds = open_dataset(file, file_name, path);
+  const Datatype memory = datatype_of(info.dtype);
+  if (H5Dread(ds.get(), memory.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()) < 0)
+    throw FileError(file_name, path, with_detail("cannot be read (truncated or corrupt data)"));
+  return t;
+}
+
+std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& shape, std::size_t element_size,
+                                std::size_t target_bytes) {
+  std::vector<hsize_t> chunk(shape.begin(), shape.end());
+  double bytes = static_cast<double>(element_size);
+  for (hsize_t d : chunk) bytes *= static_cast<double>(d);
+  for (std::size_t a = 0; a < chunk.size() && bytes > static_cast<double>(target_bytes); ++a) {
+    const double rest = bytes / static_cast<double>(chunk[a]);  // bytes of one index along axis a
+    chunk[a] = std::max<hsize_t>(1, static_cast<hsize_t>(static_cast<double>(target_bytes) / rest));
+    bytes = rest * static_cast<double>(chunk[a]);
+  }
+  return chunk;
+}
+
+void write_tensor(hid_t file, const std::string& file_name, const std::string& path, const Tensor& t,
+                  const WriteOptions& options) {
+  const std::vector<hsize_t> dims(t.shape.begin(), t.shape.end());
+  const Dataspace space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  const Datatype type = datatype_of(t.dtype);
+  const std::size_t bytes = t.bytes.size();
+
+  PropertyList lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  PropertyList dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  const bool nonempty = t.numel() > 0;
+  if (nonempty && (options.compress || bytes > (std::size_t(1) << 20))) {
+    const std::vector<hsize_t> chunk = chunk_dims(t.shape, dtype_size(t.dtype));
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    if (options.compress) {
+      if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+        throw FileError(file_name, path, "gzip compression is not available in this HDF5 library");
+      H5Pset_deflate(dcpl.get(), 4);
+    }
+  }
+  const Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
+  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
+  if (nonempty && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()) < 0)
+    throw FileError(file_name, path, with_detail("cannot be written"));
+}
+
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     const std::string& value) {
+  write_attribute(file, file_name, object, name, value.c_str());
+}
+
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     const char* value) {
+  const Datatype type = variable_string_type();
+  write_scalar_attribute(file, file_name, object, name, type.get(), &value);
+}
+
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     double value) {
+  write_scalar_attribute(file, file_name, object, name, H5T_NATIVE_DOUBLE, &value);
+}
+
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     std::int64_t value) {
+  write_scalar_attribute(file, file_name, object, name, H5T_NATIVE_INT64, &value);
+}
+
+std::optional<std::string> read_string_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                                                 const std::string& name) {
+  const Attribute attr = open_attribute(file, file_name, object, name);
+  if (!attr.valid()) return std::nullopt;
+  const Datatype type(H5Aget_type(attr.get()));
+  if (H5Tget_class(type.get()) != H5T_STRING) attribute_error(file_name, object, name, "is not a string");
+  if (H5Tis_variable_str(type.get()) > 0) {
+    const Datatype memory = variable_string_type();
+    char* value = nullptr;
+    if (H5Aread(attr.get(), memory.get(), &value) < 0) attribute_error(file_name, object, name, with_detail("cannot be read"));
+    std::string out = value ? value : "";
+    H5free_memory(value);
+    return out;
+  }
+  // Fixed-length string (h5py writes numpy bytes this way), possibly NUL- or space-padded.
+  const std::size_t size = H5Tget_size(type.get());
+  Datatype memory(H5Tcopy(H5T_C_S1));
+  H5Tset_size(memory.get(), size);
+  std::string out(size, '\0');
+  if (H5Aread(attr.get(), memory.get(), out.data()) < 0) attribute_error(file_name, object, name, with_detail("cannot be read"));
+  out.erase(std::find(out.begin(), out.end(), '\0'), out.end());
+  while (!out.empty() && out.back() == ' ') out.pop_back();
+  return out;
+}
+
+std::optional<double> read_number_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                                            const std::string& name) {
+  const Attribute attr = open_attribute(file, file_name, object, name);
+  if (!attr.valid()) return std::nullopt;
+  const Datatype type(H5Aget_type(attr.get()));
+  const H5T_class_t cls = H5Tget_class(type.get());
+  if (cls != H5T_INTEGER && cls != H5T_FLOAT) attribute_error(file_name, object, name, "is not a number");
+  double value = 0;
+  if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &value) < 0) attribute_error(file_name, object, name, with_detail("cannot be read"));
+  return value;
+}
+
+}  // namespace linattn::hdf5

@@ -1,0 +1,67 @@
+// Datasets and attributes: whole tensors in and out of an open HDF5 file.
+// Paths are relative to the file root ("case0/q", or "q" at the root). Errors
+// are FileErrors naming the file and the dataset.
+#pragma once
+
+#include "core/tensor.hpp"
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace linattn::hdf5 {
+
+struct WriteOptions {
+  bool compress = false;  // gzip level 4 (always with a chunked layout)
+};
+
+// True when every link on the path exists (so that HDF5 is never asked for a
+// link below a missing group, which is an error rather than "no").
+bool link_exists(hid_t file, const std::string& path);
+bool is_dataset(hid_t file, const std::string& path);
+bool is_group(hid_t file, const std::string& path);
+
+struct DatasetInfo {
+  DType dtype;
+  std::vector<std::int64_t> shape;
+};
+
+// Shape and element type, without reading the data. An unsupported datatype
+// (integer, string, unknown float layout) is a FileError.
+DatasetInfo dataset_info(hid_t file, const std::string& file_name, const std::string& path);
+
+// Reads the whole dataset in its own element type, bit-exact.
+Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& path);
+
+// Writes t as a new dataset (creating missing groups on the path). Datasets
+// over 1 MiB, and every compressed one, use a chunked layout.
+void write_tensor(hid_t file, const std::string& file_name, const std::string& path, const Tensor& t,
+                  const WriteOptions& options);
+
+// Chunk dimensions for a dataset: whole trailing dimensions, leading ones cut
+// so that a chunk holds about target_bytes.
+std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& shape, std::size_t element_size,
+                                std::size_t target_bytes = std::size_t(1) << 20);
+
+// Attributes on a file, group or dataset (`object` is the path of the object,
+// "/" for the file). Strings are variable-length UTF-8 (h5py reads them as
+// str), numbers are scalars.
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     const std::string& value);
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     const char* value);
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     double value);
+void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,
+                     std::int64_t value);
+
+// std::nullopt when the attribute is absent; FileError when it has another type.
+std::optional<std::string> read_string_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                                                 const std::string& name);
+std::optional<double> read_number_attribute(hid_t file, const std::string& file_name, const std::string& object,
+                                            const std::string& name);
+
+}  // namespace linattn::hdf5

@@ -1,0 +1,66 @@
+#include "io/hdf5_file.hpp"
+
+#include "io/file_error.hpp"
+#include "io/hdf5_errors.hpp"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <system_error>
+
+namespace linattn::hdf5 {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string with_detail(const std::string& what) {
+  const std::string detail = last_error_detail();
+  return detail.empty() ? what : what + " (HDF5: " + detail + ")";
+}
+
+}  // namespace
+
+File open_read_only(const std::string& path) {
+  silence_errors();
+  std::error_code ec;
+  const fs::file_status st = fs::status(path, ec);
+  if (!fs::exists(st)) throw FileError(path, "no such file");
+  if (fs::is_directory(st)) throw FileError(path, "is a directory, not an HDF5 file");
+  if (!std::ifstream(path, std::ios::binary)) throw FileError(path, std::string("cannot read: ") + std::strerror(errno));
+  const htri_t is_hdf5 = H5Fis_hdf5(path.c_str());
+  if (is_hdf5 == 0) throw FileError(path, "not an HDF5 file (no HDF5 signature)");
+  if (is_hdf5 < 0) throw FileError(path, with_detail("cannot be checked for an HDF5 signature"));
+  File file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw FileError(path, with_detail("cannot be opened: truncated or corrupt HDF5 file"));
+  return file;
+}
+
+NewFile::NewFile(std::string path) : path_(std::move(path)), partial_(path_ + ".partial") {
+  silence_errors();
+  PropertyList fapl(H5Pcreate(H5P_FILE_ACCESS));
+  // Strong close: H5Fclose closes every object still open, so that the file
+  // is complete on disk before it is renamed.
+  if (!fapl.valid() || H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0)
+    throw FileError(partial_, with_detail("cannot set up file access"));
+  file_ = File(H5Fcreate(partial_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get()));
+  if (!file_.valid()) throw FileError(partial_, with_detail("cannot create file"));
+}
+
+NewFile::~NewFile() {
+  if (committed_) return;
+  file_.close();
+  std::error_code ec;
+  fs::remove(partial_, ec);  // best effort: never leave a half-written file behind
+}
+
+void NewFile::commit() {
+  if (!file_.close()) throw FileError(partial_, with_detail("cannot be completed (closing failed)"));
+  std::error_code ec;
+  fs::rename(partial_, path_, ec);
+  if (ec) throw FileError(path_, "cannot rename " + partial_ + " into place: " + ec.message());
+  committed_ = true;
+}
+
+}  // namespace linattn::hdf5

@@ -1,0 +1,39 @@
+// Opening HDF5 files with one-line errors, and creating files so that a
+// failed write leaves nothing that looks complete.
+#pragma once
+
+#include "io/hdf5_handles.hpp"
+
+#include <string>
+
+namespace linattn::hdf5 {
+
+// Opens an existing file read-only (inputs are never opened for writing).
+// Throws FileError for a missing file, a file that is not HDF5, or one HDF5
+// cannot open (truncated, corrupt), quoting HDF5's reason.
+File open_read_only(const std::string& path);
+
+// A new file written as PATH.partial and renamed to PATH by commit(). If the
+// object is destroyed before commit() (an exception on the way), the partial
+// file is removed.
+class NewFile {
+ public:
+  explicit NewFile(std::string path);  // creates PATH.partial, replacing a stale one
+  ~NewFile();
+  NewFile(const NewFile&) = delete;
+  NewFile& operator=(const NewFile&) = delete;
+
+  hid_t id() const { return file_.get(); }
+  const std::string& path() const { return path_; }  // the final name, for messages
+
+  // Closes the file (every object in it) and renames PATH.partial to PATH,
+  // replacing PATH if it exists. Throws FileError on failure.
+  void commit();
+
+ private:
+  std::string path_, partial_;
+  File file_;
+  bool committed_ = false;
+};
+
+}  // namespace linattn::hdf5

@@ -1,0 +1,85 @@
+#include "io/output_file.hpp"
+
+#include "io/file_error.hpp"
+#include "io/hdf5_dataset.hpp"
+#include "io/hdf5_file.hpp"
+
+namespace linattn {
+namespace {
+
+std::string required_string(hid_t f, const std::string& file, const std::string& name) {
+  auto v = hdf5::read_string_attribute(f, file, "/", name);
+  if (!v) throw FileError(file, "attribute '" + name + "' missing (not a linattn output file?)");
+  return *v;
+}
+
+double required_number(hid_t f, const std::string& file, const std::string& name) {
+  auto v = hdf5::read_number_attribute(f, file, "/", name);
+  if (!v) throw FileError(file, "attribute '" + name + "' missing (not a linattn output file?)");
+  return *v;
+}
+
+}  // namespace
+
+void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options) {
+  hdf5::NewFile file(path);
+  const hid_t f = file.id();
+  hdf5::write_tensor(f, path, "o", out.o, options);
+  hdf5::write_attribute(f, path, "o", "layout", "BTHD");
+  if (!out.h.empty()) {
+    hdf5::write_tensor(f, path, "h", out.h, options);
+    hdf5::write_attribute(f, path, "h", "layout", "B,NT,H,DK,DV");
+    hdf5::write_attribute(f, path, "h", "description", "h[:, c] is the state before chunk c; h[:, 0] is the initial state");
+  }
+  hdf5::write_tensor(f, path, "final_state", out.final_state, options);
+  hdf5::write_attribute(f, path, "final_state", "layout", "B,H,DK,DV");
+
+  const RunRecord& r = out.record;
+  hdf5::write_attribute(f, path, "/", "chunk_size", r.chunk_size);
+  hdf5::write_attribute(f, path, "/", "scale", r.scale);
+  hdf5::write_attribute(f, path, "/", "variant", r.variant);
+  hdf5::write_attribute(f, path, "/", "input_dtype", r.input_dtype);
+  hdf5::write_attribute(f, path, "/", "output_dtype", r.output_dtype);
+  hdf5::write_attribute(f, path, "/", "snapshot_dtype", r.snapshot_dtype);
+  hdf5::write_attribute(f, path, "/", "kokkos_backend", r.kokkos_backend);
+  hdf5::write_attribute(f, path, "/", "kokkos_version", r.kokkos_version);
+  hdf5::write_attribute(f, path, "/", "linattn_version", r.linattn_version);
+  hdf5::write_attribute(f, path, "/", "kernel_seconds", r.kernel_seconds);
+  hdf5::write_attribute(f, path, "/", "upload_seconds", r.upload_seconds);
+  hdf5::write_attribute(f, path, "/", "download_seconds", r.download_seconds);
+  hdf5::write_attribute(f, path, "/", "flops", r.flops);
+  hdf5::write_attribute(f, path, "/", "min_bytes", r.min_bytes);
+  hdf5::write_attribute(f, path, "/", "input_file", r.input_file);
+  hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
+  file.commit();
+}
+
+OutputData read_output_file(const std::string& path) {
+  const hdf5::File file = hdf5::open_read_only(path);
+  const hid_t f = file.get();
+  OutputData out;
+  RunRecord& r = out.record;
+  r.chunk_size = static_cast<std::int64_t>(required_number(f, path, "chunk_size"));
+  r.scale = required_number(f, path, "scale");
+  r.variant = required_string(f, path, "variant");
+  r.input_dtype = required_string(f, path, "input_dtype");
+  r.output_dtype = required_string(f, path, "output_dtype");
+  r.snapshot_dtype = required_string(f, path, "snapshot_dtype");
+  r.kokkos_backend = required_string(f, path, "kokkos_backend");
+  r.kokkos_version = required_string(f, path, "kokkos_version");
+  r.linattn_version = required_string(f, path, "linattn_version");
+  r.kernel_seconds = required_number(f, path, "kernel_seconds");
+  r.upload_seconds = required_number(f, path, "upload_seconds");
+  r.download_seconds = required_number(f, path, "download_seconds");
+  r.flops = required_number(f, path, "flops");
+  r.min_bytes = required_number(f, path, "min_bytes");
+  r.input_file = required_string(f, path, "input_file");
+  r.input_group = required_string(f, path, "input_group");
+
+  out.o = hdf5::read_tensor(f, path, "o");
+  if (r.snapshot_dtype != "none") out.h = hdf5::read_tensor(f, path, "h");
+  out.final_state = hdf5::read_tensor(f, path, "final_state");
+  return out;
+}
+
+}  // namespace linattn

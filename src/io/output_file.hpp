@@ -1,0 +1,42 @@
+// The output schema (DESIGN.md section 5): o [B, T, H, DV] (layout="BTHD"),
+// h [B, NT, H, DK, DV] (the state before each chunk; absent when snapshots
+// were not asked for) and final_state [B, H, DK, DV], plus file attributes
+// that record how the run was made, so that `linattn verify` can redo it.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "io/hdf5_dataset.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace linattn {
+
+// The file attributes of an output file, one field per attribute.
+struct RunRecord {
+  std::int64_t chunk_size = 0;
+  double scale = 1.0;
+  std::string variant;
+  std::string input_dtype, output_dtype, snapshot_dtype;  // snapshot_dtype "none" when h is absent
+  std::string kokkos_backend, kokkos_version, linattn_version;
+  double kernel_seconds = 0, upload_seconds = 0, download_seconds = 0;
+  double flops = 0;      // the ledger's count for the variant
+  double min_bytes = 0;  // the ledger's minimum bytes moved
+  std::string input_file;   // as given on the command line
+  std::string input_group;  // "/" for a case at the root
+};
+
+struct OutputData {
+  Tensor o, h, final_state;  // h empty when not stored
+  RunRecord record;
+};
+
+// Writes path.partial and renames it to path (replacing an existing file).
+// Throws FileError; on failure no file named path is created.
+void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options = {});
+
+// Reads an output file back (tensors bit-exact, attributes); FileError when a
+// dataset or attribute is missing or malformed.
+OutputData read_output_file(const std::string& path);
+
+}  // namespace linattn
