@@ -1,0 +1,53 @@
+// linattn: the command-line program. Parses the command line, initializes
+// Kokkos once, and runs the chosen subcommand.
+#include "app/command.hpp"
+
+#include <Kokkos_Core.hpp>
+
+#include <iostream>
+#include <vector>
+
+namespace {
+
+// Kokkos gets none of linattn's arguments (it would reject them), and its
+// start-up warnings are turned off so that they do not interleave with reports.
+#if KOKKOS_VERSION >= 30700
+Kokkos::InitializationSettings kokkos_settings() {
+  Kokkos::InitializationSettings settings;
+  settings.set_disable_warnings(true);
+  return settings;
+}
+#else
+Kokkos::InitArguments kokkos_settings() {
+  Kokkos::InitArguments settings;
+  settings.disable_warnings = true;
+  return settings;
+}
+#endif
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"linattn: the chunkwise forward of causal linear attention on Kokkos, HDF5 in and out"};
+  app.set_version_flag("--version", LINATTN_VERSION);
+  app.require_subcommand(1);
+  const std::vector<linattn::Command> commands = {
+      linattn::add_run_command(app),
+      linattn::add_generate_command(app),
+      linattn::add_verify_command(app),
+      linattn::add_ledger_command(app),
+  };
+  CLI11_PARSE(app, argc, argv);
+
+  Kokkos::ScopeGuard kokkos(kokkos_settings());
+  for (const linattn::Command& command : commands) {
+    if (!command.parser->parsed()) continue;
+    try {
+      return command.run();
+    } catch (const std::exception& e) {
+      std::cerr << "linattn " << command.parser->get_name() << ": error: " << e.what() << std::endl;
+      return 2;
+    }
+  }
+  return 2;
+}

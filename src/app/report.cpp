@@ -1,0 +1,46 @@
+#include "app/report.hpp"
+
+#include "app/text_table.hpp"
+
+#include <ostream>
+
+namespace linattn {
+namespace {
+
+std::string counter(std::size_t index, std::size_t total) {
+  return "[" + std::to_string(index) + "/" + std::to_string(total) + "]";
+}
+
+}  // namespace
+
+std::string shape_summary(const Problem& p) {
+  return "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) +
+         " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV);
+}
+
+std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
+  return counter(index, total) + " " + r.label() + "  " + shape_summary(*r.problem) + " " + dtype_name(r.dtype) +
+         "  " + variant_name(variant) + "  " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
+         fixed(r.gigabytes_per_second(), 2) + " GB/s  -> " + r.output;
+}
+
+std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r) {
+  return counter(index, total) + " " + r.label() + "  FAILED: " + r.error;
+}
+
+void print_summary(std::ostream& out, const std::vector<CaseResult>& results, Variant variant) {
+  TextTable table{{"case", "shape", "dtype", "variant", "ms", "GB/s", "status"},
+                  {false, false, false, false, true, true, false},
+                  {}};
+  std::size_t ok = 0;
+  for (const CaseResult& r : results) {
+    ok += r.ok;
+    table.rows.push_back({r.label(), r.problem ? shape_summary(*r.problem) : "-",
+                          r.problem ? dtype_name(r.dtype) : "-", variant_name(variant),
+                          r.ok ? fixed(r.kernel_seconds * 1e3, 3) : "-",
+                          r.ok ? fixed(r.gigabytes_per_second(), 2) : "-", r.ok ? "ok" : "FAILED"});
+  }
+  out << table.str() << "cases: " << ok << " ok, " << results.size() - ok << " failed" << std::endl;
+}
+
+}  // namespace linattn

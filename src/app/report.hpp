@@ -1,0 +1,23 @@
+// What `linattn run` prints: a progress line per case and a summary table.
+#pragma once
+
+#include "app/batch_run.hpp"
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace linattn {
+
+// "B=1 T=300 H=2 DK=32 DV=32"
+std::string shape_summary(const Problem& p);
+
+// "[2/3] inputs/example.h5:case1  B=1 T=300 ... bf16  fused  12.3 ms  4.5 GB/s  -> outputs/example.case1.h5"
+std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant);
+// "[2/3] inputs/example.h5:case1  FAILED: <error>"
+std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r);
+
+// The table of all cases and a closing count line ("cases: 3 ok, 0 failed").
+void print_summary(std::ostream& out, const std::vector<CaseResult>& results, Variant variant);
+
+}  // namespace linattn

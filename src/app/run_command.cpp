@@ -1,0 +1,77 @@
+// linattn run INPUT.h5... -o OUTDIR: the batch forward.
+#include "app/batch_run.hpp"
+#include "app/command.hpp"
+#include "app/report.hpp"
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+
+namespace linattn {
+
+Command add_run_command(CLI::App& parent) {
+  struct Options {
+    std::vector<std::string> inputs;
+    std::string outdir, variant = "fused", out_dtype = "input", snapshots = "fp32";
+    std::int64_t chunk = 64;
+    double scale = 1.0;
+    bool compress = false, force = false, allow_nonfinite = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = parent.add_subcommand(
+      "run",
+      "Run the forward on every q/k/v case of every input; each case writes OUTDIR/<input stem>.<group>.h5 "
+      "(o, h = state before each chunk, final_state). Exit code 1 if any case failed; the others still run.");
+  cmd->add_option("inputs", o->inputs, "Input HDF5 files (q, k, v at the root or in groups)")->required();
+  cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
+  cmd->add_option("--variant", o->variant, "Forward variant")
+      ->check(CLI::IsMember({"fused", "materialized", "recompute"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::IsMember({16, 32, 64, 128}))->capture_default_str();
+  cmd->add_option("--scale", o->scale, "Output scale (o = scale * S^T q)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              std::size_t used = 0;
+              const double x = std::stod(s, &used);
+              if (used == s.size() && std::isfinite(x)) return "";
+            } catch (const std::exception&) {
+            }
+            return "scale must be a finite number, got '" + s + "'";
+          },
+          "FINITE"))
+      ->capture_default_str();
+  cmd->add_option("--out-dtype", o->out_dtype, "o in the input dtype or in fp32")
+      ->check(CLI::IsMember({"input", "fp32"}))
+      ->capture_default_str();
+  cmd->add_option("--snapshots", o->snapshots,
+                  "Dtype of the stored state snapshots h: fp32 (the accumulation type: fp64 for fp64 inputs), "
+                  "bf16, or none (h not written)")
+      ->check(CLI::IsMember({"fp32", "bf16", "none"}))
+      ->capture_default_str();
+  cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
+  cmd->add_flag("--force", o->force, "Replace existing output files");
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs");
+
+  return {cmd, [o] {
+            RunOptions opt;
+            opt.inputs = o->inputs;
+            opt.outdir = o->outdir;
+            opt.forward.variant = parse_variant(o->variant);
+            opt.forward.output_fp32 = o->out_dtype == "fp32";
+            opt.forward.snapshots = parse_snapshot_mode(o->snapshots);
+            opt.chunk = o->chunk;
+            opt.scale = o->scale;
+            opt.compress = o->compress;
+            opt.force = o->force;
+            opt.allow_nonfinite = o->allow_nonfinite;
+            const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr);
+            std::cout << '\n';
+            print_summary(std::cout, results, opt.forward.variant);
+            for (const CaseResult& r : results)
+              if (!r.ok) return 1;
+            return 0;
+          }};
+}
+
+}  // namespace linattn
