@@ -49,6 +49,7 @@ OutputData make_output(ForwardOutput&& fo, const RunOptions& opt, const CaseResu
   rec.chunk_size = p.chunk;
   rec.scale = p.scale;
   rec.variant = variant_name(opt.forward.variant);
+  rec.gemm_path = gemm_path_name(fo.gemm);
   rec.input_dtype = dtype_name(r.dtype);
   rec.output_dtype = dtype_name(fo.o.dtype);
   rec.snapshot_dtype = opt.forward.snapshots == SnapshotMode::none ? "none" : dtype_name(fo.h.dtype);

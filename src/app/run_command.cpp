@@ -12,7 +12,7 @@ namespace linattn {
 Command add_run_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> inputs;
-    std::string outdir, variant = "fused", out_dtype = "input", snapshots = "fp32";
+    std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", snapshots = "fp32";
     std::int64_t chunk = 64;
     double scale = 1.0;
     bool compress = false, force = false, allow_nonfinite = false;
@@ -26,6 +26,11 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
   cmd->add_option("--variant", o->variant, "Forward variant")
       ->check(CLI::IsMember({"fused", "materialized", "recompute"}))
+      ->capture_default_str();
+  cmd->add_option("--gemm", o->gemm,
+                  "Tile products: auto (tensor cores where available: CUDA, fused, fp16/bf16, chunk 64), "
+                  "kokkoskernels (portable) or tensorcore")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::IsMember({16, 32, 64, 128}))->capture_default_str();
   cmd->add_option("--scale", o->scale, "Output scale (o = scale * S^T q)")
@@ -58,6 +63,7 @@ Command add_run_command(CLI::App& parent) {
             opt.inputs = o->inputs;
             opt.outdir = o->outdir;
             opt.forward.variant = parse_variant(o->variant);
+            opt.forward.gemm = parse_gemm_path(o->gemm);
             opt.forward.output_fp32 = o->out_dtype == "fp32";
             opt.forward.snapshots = parse_snapshot_mode(o->snapshots);
             opt.chunk = o->chunk;

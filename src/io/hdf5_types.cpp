@@ -69,9 +69,13 @@ DType dtype_of(hid_t type) {
   if (cls == H5T_INTEGER)
     throw std::invalid_argument("integer datatype (" + std::to_string(bits) +
                                 "-bit) is not supported; expected float16, bfloat16, float32 or float64");
-  if (cls != H5T_FLOAT)
-    throw std::invalid_argument("datatype is not a floating-point number (HDF5 class " + std::to_string(cls) +
-                                "); expected float16, bfloat16, float32 or float64");
+  if (cls != H5T_FLOAT) {
+    const char* kind = cls == H5T_STRING ? "string" : cls == H5T_COMPOUND ? "compound" : cls == H5T_ENUM ? "enum"
+                       : cls == H5T_ARRAY ? "array" : cls == H5T_BITFIELD ? "bitfield" : cls == H5T_OPAQUE ? "opaque"
+                                                                                                          : "non-numeric";
+    throw std::invalid_argument(std::string(kind) +
+                                " datatype is not supported; expected float16, bfloat16, float32 or float64");
+  }
   std::size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
   if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0)
     throw std::invalid_argument("unreadable floating-point datatype");

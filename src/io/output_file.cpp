@@ -38,6 +38,7 @@ void write_output_file(const std::string& path, const OutputData& out, const hdf
   hdf5::write_attribute(f, path, "/", "chunk_size", r.chunk_size);
   hdf5::write_attribute(f, path, "/", "scale", r.scale);
   hdf5::write_attribute(f, path, "/", "variant", r.variant);
+  hdf5::write_attribute(f, path, "/", "gemm_path", r.gemm_path);
   hdf5::write_attribute(f, path, "/", "input_dtype", r.input_dtype);
   hdf5::write_attribute(f, path, "/", "output_dtype", r.output_dtype);
   hdf5::write_attribute(f, path, "/", "snapshot_dtype", r.snapshot_dtype);
@@ -62,6 +63,7 @@ OutputData read_output_file(const std::string& path) {
   r.chunk_size = static_cast<std::int64_t>(required_number(f, path, "chunk_size"));
   r.scale = required_number(f, path, "scale");
   r.variant = required_string(f, path, "variant");
+  r.gemm_path = required_string(f, path, "gemm_path");
   r.input_dtype = required_string(f, path, "input_dtype");
   r.output_dtype = required_string(f, path, "output_dtype");
   r.snapshot_dtype = required_string(f, path, "snapshot_dtype");

@@ -17,6 +17,7 @@ struct RunRecord {
   std::int64_t chunk_size = 0;
   double scale = 1.0;
   std::string variant;
+  std::string gemm_path;  // the tile-product path that ran: "kokkoskernels" or "tensorcore"
   std::string input_dtype, output_dtype, snapshot_dtype;  // snapshot_dtype "none" when h is absent
   std::string kokkos_backend, kokkos_version, linattn_version;
   double kernel_seconds = 0, upload_seconds = 0, download_seconds = 0;
