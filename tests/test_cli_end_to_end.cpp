@@ -1,0 +1,223 @@
+// The real linattn binary, end to end: generate -> run -> verify on a
+// generated file, the outputs checked here against the fp64 reference too;
+// verify fails on tampered outputs and on the wrong input; a batch with a bad
+// input exits non-zero after finishing the good cases; ledger prints the
+// seed's table; every subcommand has --help.
+#include "core/accuracy_levels.hpp"
+#include "core/error_metrics.hpp"
+#include "io/input_file.hpp"
+#include "io/output_file.hpp"
+#include "reference/references.hpp"
+#include "temp_dir.hpp"
+
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+
+namespace linattn {
+namespace {
+
+using testing::read_bytes;
+using testing::TempDir;
+namespace fs = std::filesystem;
+
+struct Exit {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Exit linattn_cli(const TempDir& dir, const std::string& args) {
+  const std::string log = dir / "cli.log";
+  const std::string command = std::string("'") + LINATTN_EXE + "' " + args + " > '" + log + "' 2>&1";
+  const int status = std::system(command.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Multiplies one element of a float32 dataset in place (the file is a copy).
+void tamper_element(const std::string& path, const char* dataset, std::size_t index, float factor) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+  const hid_t space = H5Dget_space(ds);
+  std::vector<float> values(static_cast<std::size_t>(H5Sget_simple_extent_npoints(space)));
+  ASSERT_GE(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  values.at(index) *= factor;
+  ASSERT_GE(H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  H5Sclose(space);
+  H5Dclose(ds);
+  H5Fclose(f);
+}
+
+void set_scale_attribute(const std::string& path, double scale) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  const hid_t attr = H5Aopen(f, "scale", H5P_DEFAULT);
+  ASSERT_GE(H5Awrite(attr, H5T_NATIVE_DOUBLE, &scale), 0);
+  H5Aclose(attr);
+  H5Fclose(f);
+}
+
+class CliEndToEnd : public ::testing::Test {
+ protected:
+  TempDir dir{"cli"};
+  std::string input = dir / "in.h5";
+  std::string outdir = dir / "out";
+
+  void generate(const std::string& path, int seed) {
+    const Exit g = linattn_cli(dir, "generate -o '" + path + "' --shape 2,100,2,16,24 --shape 1,70,3,32,32 "
+                                    "--dtype fp32 --dtype bf16 --seed " + std::to_string(seed) + " --initial-state");
+    ASSERT_EQ(g.code, 0) << g.output;
+  }
+};
+
+TEST_F(CliEndToEnd, GenerateRunVerify) {
+  generate(input, 7);
+  ASSERT_EQ(list_cases(input), (std::vector<std::string>{"case0", "case1"}));
+  const CaseData c0 = read_case(input, "case0");
+  EXPECT_EQ(c0.q.dtype, DType::f32);
+  EXPECT_EQ(c0.q.shape, (std::vector<std::int64_t>{2, 100, 2, 16}));
+  EXPECT_EQ(c0.initial_state.shape, (std::vector<std::int64_t>{2, 2, 16, 24}));
+  EXPECT_EQ(read_case(input, "case1").v.dtype, DType::bf16);
+  for (const Tensor* t : {&c0.q, &c0.k, &c0.v, &c0.initial_state})
+    for (std::int64_t i = 0; i < t->numel(); ++i) ASSERT_NE(t->get(i), 0.0) << "generated inputs hold a zero";
+
+  const Exit run = linattn_cli(dir, "run '" + input + "' -o '" + outdir +
+                                        "' --chunk 32 --scale 0.5 --variant materialized --snapshots bf16");
+  ASSERT_EQ(run.code, 0) << run.output;
+  EXPECT_TRUE(contains(run.output, "[1/2] " + input + ":case0  B=2 T=100 H=2 DK=16 DV=24 fp32  materialized")) << run.output;
+  EXPECT_TRUE(contains(run.output, "[2/2] " + input + ":case1  B=1 T=70 H=3 DK=32 DV=32 bf16")) << run.output;
+  EXPECT_TRUE(contains(run.output, "cases: 2 ok, 0 failed")) << run.output;
+
+  // The outputs, checked here against the fp64 reference independently of `verify`.
+  for (const std::string group : {"case0", "case1"}) {
+    SCOPED_TRACE(group);
+    const std::string out_path = outdir + "/in." + group + ".h5";
+    const OutputData out = read_output_file(out_path);
+    const CaseData in = read_case(input, group);
+    EXPECT_EQ(out.record.chunk_size, 32);
+    EXPECT_EQ(out.record.scale, 0.5);
+    EXPECT_EQ(out.record.variant, "materialized");
+    EXPECT_EQ(out.record.input_file, input);
+    EXPECT_EQ(out.record.input_group, group);
+    EXPECT_EQ(out.record.snapshot_dtype, "bf16");
+    EXPECT_GT(out.record.flops, 0.0);
+    EXPECT_GT(out.record.min_bytes, 0.0);
+    Problem p;
+    p.B = in.q.shape[0]; p.T = in.q.shape[1]; p.H = in.q.shape[2]; p.DK = in.q.shape[3]; p.DV = in.v.shape[3];
+    p.chunk = 32;
+    p.scale = 0.5;
+    const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                              s0 = in.initial_state.to_double();
+    const auto ref = reference::chunked(p, {q, k, v, &s0});
+    ASSERT_EQ(out.o.dtype, in.q.dtype);
+    ASSERT_EQ(out.h.dtype, DType::bf16);
+    ASSERT_EQ(out.h.shape, p.h_shape());
+    EXPECT_LE(relative_l2(out.o.to_double(), ref.o), output_level(in.q.dtype, out.o.dtype, true));
+    EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(in.q.dtype, DType::bf16));
+    EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(in.q.dtype, DType::f32));
+
+    const Exit verify = linattn_cli(dir, "verify '" + out_path + "' --input '" + input + "' --per-chunk");
+    EXPECT_EQ(verify.code, 0) << verify.output;
+    EXPECT_TRUE(contains(verify.output, "verify: ok")) << verify.output;
+  }
+  // --input defaults to the file recorded in the output; the last chunk of case0 holds 100 - 3*32 = 4 tokens.
+  const Exit per_chunk = linattn_cli(dir, "verify '" + outdir + "/in.case0.h5' --per-chunk");
+  EXPECT_EQ(per_chunk.code, 0) << per_chunk.output;
+  EXPECT_TRUE(contains(per_chunk.output, "\n    3       4  ")) << per_chunk.output;
+}
+
+TEST_F(CliEndToEnd, VerifyFailsOnTamperedOutputsAndWrongInput) {
+  generate(input, 8);
+  const Exit run = linattn_cli(dir, "run '" + input + "' -o '" + outdir + "'");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::string out0 = outdir + "/in.case0.h5", out1 = outdir + "/in.case1.h5";
+
+  const std::string tampered_o = dir / "tampered_o.h5";
+  fs::copy_file(out0, tampered_o);
+  tamper_element(tampered_o, "o", 1234, 1.5f);
+  Exit v = linattn_cli(dir, "verify '" + tampered_o + "' --input '" + input + "'");
+  EXPECT_EQ(v.code, 1) << v.output;
+  EXPECT_TRUE(contains(v.output, "ABOVE LEVEL")) << v.output;
+  EXPECT_TRUE(contains(v.output, "verify: FAILED")) << v.output;
+
+  const std::string tampered_h = dir / "tampered_h.h5";
+  fs::copy_file(out0, tampered_h);
+  tamper_element(tampered_h, "h", 2 * 16 * 24 + 5, 2.0f);  // one element of h[0, 1] (chunk 64: NT = 2)
+  v = linattn_cli(dir, "verify '" + tampered_h + "'");
+  EXPECT_EQ(v.code, 1) << v.output;
+
+  const std::string wrong_scale = dir / "wrong_scale.h5";
+  fs::copy_file(out1, wrong_scale);
+  set_scale_attribute(wrong_scale, 0.25);
+  v = linattn_cli(dir, "verify '" + wrong_scale + "'");
+  EXPECT_EQ(v.code, 1) << v.output;
+
+  const std::string other = dir / "other.h5";  // same shapes and dtypes, other values
+  generate(other, 9);
+  v = linattn_cli(dir, "verify '" + out1 + "' --input '" + other + "'");
+  EXPECT_EQ(v.code, 1) << v.output;
+
+  // The untouched outputs still pass.
+  EXPECT_EQ(linattn_cli(dir, "verify '" + out0 + "'").code, 0);
+  EXPECT_EQ(linattn_cli(dir, "verify '" + out1 + "'").code, 0);
+}
+
+TEST_F(CliEndToEnd, BatchWithABadInputFinishesTheOthersAndExitsNonZero) {
+  generate(input, 10);
+  const std::string missing = dir / "missing.h5";
+  const Exit run = linattn_cli(dir, "run '" + missing + "' '" + input + "' -o '" + outdir + "'");
+  EXPECT_EQ(run.code, 1) << run.output;
+  EXPECT_TRUE(contains(run.output, "[1/3] " + missing + "  FAILED: " + missing + ": no such file\n")) << run.output;
+  EXPECT_TRUE(contains(run.output, "cases: 2 ok, 1 failed")) << run.output;
+  EXPECT_TRUE(fs::exists(outdir + "/in.case0.h5"));
+  EXPECT_TRUE(fs::exists(outdir + "/in.case1.h5"));
+
+  const Exit again = linattn_cli(dir, "run '" + input + "' -o '" + outdir + "'");
+  EXPECT_EQ(again.code, 1) << again.output;
+  EXPECT_TRUE(contains(again.output, outdir + "/in.case0.h5: output exists (pass --force to overwrite)")) << again.output;
+  EXPECT_EQ(linattn_cli(dir, "run '" + input + "' -o '" + outdir + "' --force").code, 0);
+}
+
+TEST_F(CliEndToEnd, LedgerPrintsTheSeedTable) {
+  const Exit e = linattn_cli(dir, "ledger --dk 64 --dv 64 --chunk 64 --seq 512,2048,8192,16384,65536");
+  ASSERT_EQ(e.code, 0) << e.output;
+  // Seed 000 section 6.3 (N, NC, redundancy, step 1, ideal, causal FA, ratios), then section 6.4.2's sequential pass.
+  const std::vector<std::vector<std::string>> seed = {
+      {"512", "8", "3.5x", "0.015", "0.017", "0.034", "0.438", "0.500", "0.004"},
+      {"2048", "32", "15.5x", "0.260", "0.067", "0.537", "0.484", "0.125", "0.017"},
+      {"8192", "128", "63.5x", "4.261", "0.268", "8.590", "0.496", "0.031", "0.067"},
+      {"16384", "256", "127.5x", "17.113", "0.537", "34.360", "0.498", "0.016", "0.134"},
+      {"65536", "1024", "511.5x", "274.609", "2.147", "549.756", "0.500", "0.004", "0.537"},
+  };
+  std::istringstream lines(e.output);
+  std::string line;
+  std::size_t row = 0;
+  while (std::getline(lines, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> cells;
+    for (std::string w; words >> w;) cells.push_back(w);
+    if (cells.empty() || row >= seed.size() || cells[0] != seed[row][0]) continue;
+    ASSERT_GE(cells.size(), seed[row].size()) << line;
+    for (std::size_t c = 0; c < seed[row].size(); ++c) EXPECT_EQ(cells[c], seed[row][c]) << line;
+    ++row;
+  }
+  EXPECT_EQ(row, seed.size()) << e.output;
+}
+
+TEST_F(CliEndToEnd, HelpOnEverySubcommand) {
+  for (const std::string sub : {"", "run", "generate", "verify", "ledger"}) {
+    const Exit e = linattn_cli(dir, sub + " --help");
+    EXPECT_EQ(e.code, 0) << sub << ": " << e.output;
+    EXPECT_TRUE(contains(e.output, "Usage:")) << sub << ": " << e.output;
+  }
+  EXPECT_NE(linattn_cli(dir, "run x.h5 -o out --variant fastest").code, 0);
+}
+
+}  // namespace
+}  // namespace linattn
