@@ -7,6 +7,8 @@ set -euo pipefail
 packages=(
   cmake g++ make                                           # toolchain
   libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev    # Kokkos and Kokkos Kernels (Serial)
+  libblas-dev liblapack-dev                                # Kokkos Kernels' CMake package links libblas.so and
+                                                           # liblapack.so but its package does not depend on them
   libhdf5-dev                                              # HDF5 C library
   libcli11-dev nlohmann-json3-dev                          # command line, JSON reports
   libgtest-dev                                             # GoogleTest
