@@ -36,6 +36,7 @@ int main(int argc, char** argv) {
       linattn::add_generate_command(app),
       linattn::add_verify_command(app),
       linattn::add_ledger_command(app),
+      linattn::add_bench_command(app),
   };
   CLI11_PARSE(app, argc, argv);
 

@@ -9,9 +9,13 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace linattn {
+
+// Whether kernels run on the host (team scratch of both levels is then ordinary memory).
+constexpr bool host_execution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
 
 struct ScratchPlan {
   int level = 0;
@@ -28,8 +32,9 @@ std::size_t tile_bytes(const std::vector<std::pair<std::int64_t, std::int64_t>>&
 }
 
 // Chooses block_dv: the requested width when given (> 0), otherwise the widest
-// of DV, 128, 64, 32, 16 whose tiles fit level 0; when no width fits level 0,
-// the narrowest candidate on level 1. bytes_for(block_dv) returns the tile bytes.
+// of DV, 128, 64, 32, 16 (host: DV only) whose tiles fit level 0; when none
+// fits level 0, the narrowest candidate on level 1. bytes_for(block_dv)
+// returns the tile bytes.
 template <class BytesFor>
 ScratchPlan plan_scratch(std::int64_t DV, std::int64_t requested_block_dv, const BytesFor& bytes_for) {
   std::vector<std::int64_t> widths;
@@ -37,8 +42,11 @@ ScratchPlan plan_scratch(std::int64_t DV, std::int64_t requested_block_dv, const
     widths.push_back(requested_block_dv < DV ? requested_block_dv : DV);
   } else {
     widths.push_back(DV);
-    for (std::int64_t w : {128, 64, 32, 16})
-      if (w < DV) widths.push_back(w);
+    // On a GPU narrower blocks buy on-chip scratch and more teams; on the host
+    // both levels are the same memory, and a narrower block only repeats Q K^T.
+    if (!host_execution)
+      for (std::int64_t w : {128, 64, 32, 16})
+        if (w < DV) widths.push_back(w);
   }
   const std::size_t max0 = static_cast<std::size_t>(TeamPolicy::scratch_size_max(0));
   for (std::int64_t w : widths) {

@@ -1,0 +1,140 @@
+#!/usr/bin/env python3
+"""linattn beside flash-linear-attention on one GPU, in one run.
+
+Times fla's forward that produces what linattn produces (chunk_fwd_h + chunk_fwd_o,
+chunk 64, bf16 inputs, h stored in bf16, final state in fp32; and chunk_linear_attn
+with normalize=False) with triton.testing.do_bench (median), runs `linattn bench`
+on the same shapes, and prints one table: shape, fla ms, each linattn variant ms,
+ratio to fla, percent of the copy-bandwidth floor, and the relative L2 of o against
+an fp64 reference for each.
+
+fla is not a dependency of linattn: it is imported from the folder given with --fla
+(the folder that holds the `fla` package).
+
+    python3 bench/compare_fla.py --fla .fla --linattn build-cuda/linattn --json results.json
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+SHAPES = ["8,4096,16,128", "8,16384,16,128", "1,32768,32,128", "8,16384,16,64", "32,2048,16,128"]
+
+
+def fp64_reference_o(q, k, v, scale):
+    """o for the (b=0, h=0) slice by the parallel form in fp64: ((Q K^T) .* M) V."""
+    import torch
+    q0, k0, v0 = (x[0, :, 0].double() for x in (q, k, v))
+    a = torch.tril(q0 @ k0.T) * scale
+    return a @ v0
+
+
+def rel_l2(x, ref):
+    import torch
+    x = x.double()
+    if not torch.isfinite(x).all():
+        return float("nan")
+    return (torch.linalg.norm(x - ref) / torch.linalg.norm(ref)).item()
+
+
+def time_fla(shape, reps_ms, slice_tokens):
+    import torch
+    import triton
+    from fla.ops.common.chunk_h import chunk_fwd_h
+    from fla.ops.common.chunk_o import chunk_fwd_o
+    from fla.ops.linear_attn import chunk_linear_attn
+
+    B, T, H, DK, DV = shape
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).bfloat16() for _ in range(2))
+    v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).bfloat16()
+    scale = 1.0
+
+    def h_then_o():
+        h, ht = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64)
+        return chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64), h, ht
+
+    def linear_attn():
+        return chunk_linear_attn(q, k, v, scale=scale, output_final_state=True, normalize=False)
+
+    o, h, _ = h_then_o()
+    o2, _ = linear_attn()
+    torch.cuda.synchronize()
+    tokens = min(T, slice_tokens)
+    ref = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale)
+    err = rel_l2(o[0, :tokens, 0], ref)
+    err2 = rel_l2(o2[0, :tokens, 0], ref)
+    ms = triton.testing.do_bench(h_then_o, warmup=25, rep=reps_ms, return_mode="median")
+    ms2 = triton.testing.do_bench(linear_attn, warmup=25, rep=reps_ms, return_mode="median")
+    return {"fla_ms": ms, "fla_o_rel_l2": err, "fla_linear_attn_ms": ms2, "fla_linear_attn_o_rel_l2": err2,
+            "h_dtype": str(h.dtype)}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fla", required=True, help="folder that holds the fla package")
+    ap.add_argument("--linattn", required=True, help="path of the linattn binary (CUDA build)")
+    ap.add_argument("--shape", action="append", help="B,T,H,D[,DV] (default: the five benchmark shapes)")
+    ap.add_argument("--variants", default="fused,materialized,recompute")
+    ap.add_argument("--gemm", default="auto", help="linattn --gemm")
+    ap.add_argument("--reps", type=int, default=20, help="linattn timed repetitions (median)")
+    ap.add_argument("--fla-rep-ms", type=int, default=200, help="do_bench rep time in ms")
+    ap.add_argument("--accuracy-tokens", type=int, default=1024)
+    ap.add_argument("--json", help="write all numbers here")
+    args = ap.parse_args()
+    sys.path.insert(0, os.path.abspath(args.fla))
+    import fla  # noqa: F401  (fails loudly when the path is wrong)
+    import torch
+    import triton
+
+    shapes = args.shape or SHAPES
+    rows = []
+    for s in shapes:
+        dims = [int(x) for x in s.split(",")]
+        shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
+        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens)
+        torch.cuda.empty_cache()
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = f.name
+        cmd = [args.linattn, "bench", "--shape", s, "--dtype", "bf16", "--variants", args.variants,
+               "--gemm", args.gemm, "--snapshots", "bf16", "--reps", str(args.reps),
+               "--accuracy-tokens", str(args.accuracy_tokens), "--json", out]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        with open(out) as f:
+            lin = json.load(f)
+        os.unlink(out)
+        rows.append({"shape": shape, "fla": fla_row, "linattn": lin})
+
+    print()
+    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
+          f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
+          f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
+    print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; "
+          "floor = minimum bytes (q,k,v read once; o, h bf16 written once) / copy bandwidth")
+    head = ["shape B,T,H,DK,DV", "floor ms", "fla h+o ms", "fla %floor", "fla linear_attn ms", "fla o L2"]
+    variants = args.variants.split(",")
+    for v in variants:
+        head += [f"{v} ms", f"{v}/fla", f"{v} %floor", f"{v} o L2"]
+    print(" | ".join(head))
+    for r in rows:
+        lin = {x["variant"]: x for x in r["linattn"]["rows"]}
+        floor = next(iter(lin.values()))["floor_ms"]
+        f = r["fla"]
+        cells = [",".join(map(str, r["shape"])), f"{floor:.3f}", f"{f['fla_ms']:.3f}", f"{100 * floor / f['fla_ms']:.1f}",
+                 f"{f['fla_linear_attn_ms']:.3f}", f"{f['fla_o_rel_l2']:.2e}"]
+        for v in variants:
+            x = lin[v]
+            cells += [f"{x['median_ms']:.3f} ({x['gemm']})", f"{x['median_ms'] / f['fla_ms']:.2f}",
+                      f"{100 * x['copy_fraction']:.1f}", f"{x['o_rel_l2']:.2e}"]
+        print(" | ".join(cells))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+                       "cuda": torch.version.cuda, "rows": rows}, fh, indent=2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,150 @@
+// linattn bench --shape B,T,H,D[,DV] --dtype bf16 --variants fused,materialized,recompute:
+// device-resident timings of the variants beside the device's copy bandwidth
+// and the ledger, with the accuracy of o on a slice; JSON for scripts.
+#include "app/command.hpp"
+#include "app/text_table.hpp"
+#include "kernels/benchmark.hpp"
+#include "kernels/execution.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+namespace linattn {
+namespace {
+
+// "B,T,H,D" or "B,T,H,DK,DV" -> Problem (chunk and scale set by the caller).
+Problem parse_bench_shape(const std::string& text) {
+  std::vector<std::int64_t> d;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    try {
+      d.push_back(std::stoll(item, &used));
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + text + "' is not B,T,H,D[,DV]");
+  }
+  if (d.size() != 4 && d.size() != 5) throw std::invalid_argument("'" + text + "' is not B,T,H,D[,DV]");
+  Problem p;
+  p.B = d[0]; p.T = d[1]; p.H = d[2]; p.DK = d[3]; p.DV = d.size() == 5 ? d[4] : d[3];
+  return p;
+}
+
+}  // namespace
+
+Command add_bench_command(CLI::App& parent) {
+  struct Options {
+    std::vector<std::string> shapes;
+    std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json;
+    std::vector<std::string> variants = {"fused", "materialized", "recompute"};
+    std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
+    int reps = 20, warmup = 3, team_size = 0;
+    std::uint64_t seed = 1;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = parent.add_subcommand(
+      "bench",
+      "Time the forward variants on random inputs made on the device: median of --reps fenced runs after "
+      "--warmup, effective GB/s over the minimum bytes (q, k, v read once; o and h written once), percent of "
+      "the copy bandwidth measured in the same run, TFLOP/s from the ledger, and the relative L2 of o against "
+      "the fp64 reference on the (b=0, h=0) slice.");
+  cmd->add_option("--shape", o->shapes, "B,T,H,D or B,T,H,DK,DV (repeat for several shapes)")->required();
+  cmd->add_option("--dtype", o->dtype, "Input dtype: fp16, bf16, fp32, fp64")->capture_default_str();
+  cmd->add_option("--variants", o->variants, "Variants to time, comma-separated")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"fused", "materialized", "recompute"}))
+      ->capture_default_str();
+  cmd->add_option("--chunk", o->chunk, "Chunk length: 16, 32, 64 or 128")->capture_default_str();
+  cmd->add_option("--gemm", o->gemm, "Tile products: auto, kokkoskernels or tensorcore")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore"}))
+      ->capture_default_str();
+  cmd->add_option("--snapshots", o->snapshots, "Snapshot dtype: bf16 (as fla stores h), fp32 or none")
+      ->check(CLI::IsMember({"bf16", "fp32", "fp64", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--out-dtype", o->out_dtype, "o dtype: input or fp32")
+      ->check(CLI::IsMember({"input", "fp32"}))
+      ->capture_default_str();
+  cmd->add_option("--reps", o->reps, "Timed repetitions (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--block-dv", o->block_dv, "DV block width (0: chosen)")->capture_default_str();
+  cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO)")->capture_default_str();
+  cmd->add_option("--accuracy-tokens", o->accuracy_tokens, "Tokens of the slice checked against fp64")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
+  cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
+
+  return {cmd, [o] {
+            nlohmann::json doc;
+            doc["linattn_version"] = LINATTN_VERSION;
+            doc["rows"] = nlohmann::json::array();
+            TextTable table{{"shape (B,T,H,DK,DV)", "variant", "gemm", "bdv", "ms", "floor ms", "GB/s", "% copy BW",
+                             "TFLOP/s", "o rel L2"},
+                            {false, false, false, true, true, true, true, true, true, true},
+                            {}};
+            for (const std::string& s : o->shapes) {
+              BenchConfig bc;
+              bc.problem = parse_bench_shape(s);
+              bc.problem.chunk = o->chunk;
+              bc.dtype = parse_dtype(o->dtype);
+              bc.variants.clear();
+              for (const std::string& v : o->variants) bc.variants.push_back(parse_variant(v));
+              bc.gemm = parse_gemm_path(o->gemm);
+              bc.snapshots = parse_snapshot_mode(o->snapshots);
+              bc.output_fp32 = o->out_dtype == "fp32";
+              bc.block_dv = o->block_dv;
+              bc.team_size = o->team_size;
+              bc.reps = o->reps;
+              bc.warmup = o->warmup;
+              bc.accuracy_tokens = o->accuracy_tokens;
+              bc.seed = o->seed;
+              const BenchReport r = run_benchmark(bc);
+              const Problem& p = bc.problem;
+              const std::string shape = std::to_string(p.B) + "," + std::to_string(p.T) + "," + std::to_string(p.H) +
+                                        "," + std::to_string(p.DK) + "," + std::to_string(p.DV);
+              doc["backend"] = r.backend;
+              doc["kokkos_version"] = r.kokkos_version;
+              doc["device"] = r.device;
+              std::cout << "# " << shape << " " << o->dtype << ": " << r.device << " (" << r.backend << ", Kokkos "
+                        << r.kokkos_version << "), copy bandwidth " << fixed(r.copy_gbps, 1) << " GB/s" << std::endl;
+              for (const VariantTiming& t : r.rows) {
+                table.rows.push_back({shape, variant_name(t.variant), gemm_path_name(t.gemm), std::to_string(t.block_dv),
+                                      fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
+                                      fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
+                doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
+                                       {"chunk", p.chunk},
+                                       {"dtype", o->dtype},
+                                       {"out_dtype", o->out_dtype},
+                                       {"snapshots", o->snapshots},
+                                       {"variant", variant_name(t.variant)},
+                                       {"gemm", gemm_path_name(t.gemm)},
+                                       {"block_dv", t.block_dv},
+                                       {"median_ms", t.median_ms},
+                                       {"min_ms", t.min_ms},
+                                       {"max_ms", t.max_ms},
+                                       {"floor_ms", t.floor_ms},
+                                       {"gbps", t.gbps},
+                                       {"copy_gbps", r.copy_gbps},
+                                       {"copy_fraction", t.copy_fraction},
+                                       {"tflops", t.tflops},
+                                       {"flops", t.flops},
+                                       {"min_bytes", t.min_bytes},
+                                       {"o_rel_l2", t.o_rel_l2},
+                                       {"reps", o->reps}});
+              }
+            }
+            std::cout << table.str();
+            if (!o->json.empty()) {
+              std::ofstream f(o->json);
+              if (!f) throw std::runtime_error("cannot write " + o->json);
+              f << doc.dump(2) << "\n";
+            }
+            return 0;
+          }};
+}
+
+}  // namespace linattn
