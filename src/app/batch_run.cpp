@@ -30,9 +30,11 @@ std::string prepare_outdir(const std::string& outdir) {
   if (ec) return FileError(outdir, "cannot create output directory: " + ec.message()).what();
   if (!fs::is_directory(outdir)) return FileError(outdir, "is not a directory").what();
   const fs::path probe = fs::path(outdir) / (".linattn-write-probe-" + std::to_string(::getpid()));
-  std::ofstream(probe).put('x');
-  const bool writable = fs::exists(probe, ec);
-  const int err = errno;
+  errno = 0;
+  std::ofstream file(probe);
+  const int err = errno;  // why opening failed, if it did
+  const bool writable = static_cast<bool>(file << 'x' << std::flush);
+  file.close();
   fs::remove(probe, ec);
   if (!writable) return FileError(outdir, std::string("output directory is not writable: ") + std::strerror(err)).what();
   return "";
@@ -72,7 +74,9 @@ OutputData make_output(ForwardOutput&& fo, const RunOptions& opt, const CaseResu
 // One case, start to finish; throws on the first problem.
 void run_case(const RunOptions& opt, std::set<std::string>& outputs, CaseResult& r) {
   r.output = output_path(opt.outdir, r.input, r.group);
-  if (!outputs.insert(fs::weakly_canonical(r.output).string()).second)
+  std::error_code ec;
+  const fs::path canonical = fs::weakly_canonical(r.output, ec);
+  if (!outputs.insert(ec ? r.output : canonical.string()).second)
     throw FileError(r.output, "already written by an earlier case of this batch (two inputs with one name?)");
   if (same_file(r.output, r.input)) throw FileError(r.output, "is the input file itself; choose another -o");
   if (!opt.force && fs::exists(r.output)) throw FileError(r.output, "output exists (pass --force to overwrite)");
