@@ -26,8 +26,9 @@ std::string tensor_core_unavailable(const Problem& p, const ForwardConfig& confi
   if (!std::is_same<In, bf16_t>::value && !std::is_same<In, fp16_t>::value) return "inputs are not fp16 or bf16";
   if (!cuda::fused_tensor_core_supports(static_cast<int>(p.chunk), static_cast<int>(p.DK), static_cast<int>(p.DV)))
     return "the tensor-core kernel needs chunk 64, DK 64 or 128 and DV a multiple of 32";
-  if (config.block_dv != 0 && config.block_dv != 32 && config.block_dv != 64)
-    return "the tensor-core kernel takes block_dv 32 or 64";
+  if (config.block_dv != 0 && config.block_dv != 32 && config.block_dv != 64 && config.block_dv != 128)
+    return "the tensor-core kernel takes block_dv 32, 64 or 128";
+  if (config.block_dv != 0 && p.DV % config.block_dv != 0) return "DV is not a multiple of block_dv";
   if (p.B * p.H > 65535) return "B * H exceeds the CUDA grid limit";
   return {};
 #else

@@ -7,11 +7,15 @@
 // kernel runs on Kokkos' own stream over Kokkos View memory, behind the same
 // variant interface; the TeamPolicy kernel stays the portable implementation.
 //
-// One block of 4 warps owns (DV block of BV columns, batch*head) and walks the
-// chunks in order (seed 000 section 6.4.2):
-//   A   = scale * tril(Q_c K_c^T)      warp w: rows 16w..16w+15, in registers
+// One block owns (DV block of BV columns, batch*head) and walks the chunks in
+// order (seed 000 section 6.4.2). It has BV/32 groups of 4 warps that share the
+// Q and K tiles, each group owning 32 DV columns; warp w of a group does
+//   A   = scale * tril(Q_c K_c^T)      rows 16w..16w+15, in registers
 //   O_c = scale * Q_c S + A V_c        S from shared memory, A from registers
-//   S  += K_c^T V_c                    warp w: state rows w*DK/4.., in registers (fp32)
+//   S  += K_c^T V_c                    state rows w*DK/4.., in registers (fp32)
+// The kernel is bound by L2 traffic (ncu: L2 78% busy, tensor pipe 30% with
+// one group per block); each Q and K tile is read once per block, so wider
+// blocks cut that traffic.
 // The state never leaves the chip in fp32; each snapshot h[c] is stored as the
 // loop passes. Operands rounded to 16 bits for the tensor cores (the state S
 // and the scores A) are split into a high and a low 16-bit part, x = hi + lo,
@@ -26,6 +30,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace linattn::cuda {
 
@@ -44,8 +49,7 @@ struct FusedTensorCoreArgs {
 namespace detail {
 
 constexpr int kChunk = 64;
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
+constexpr int kGroupWidth = 32;  // DV columns owned by one group of 4 warps
 constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
 
 template <class E>
@@ -129,12 +133,13 @@ struct Layout {
 };
 
 template <class E, int DK, int BV, class OutT, class SnapT>
-__global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+__global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<DK, BV>;
-  constexpr int kSRows = DK / kWarps;  // state rows per warp
+  constexpr int kThreads = 4 * 32 * (BV / kGroupWidth);
+  constexpr int kSRows = DK / 4;  // state rows per warp of a group
   constexpr int kSMTiles = kSRows / 16;
-  constexpr int kNTiles = BV / 8;
+  constexpr int kNTiles = kGroupWidth / 8;
   constexpr int kKSteps = DK / 16;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* smem = reinterpret_cast<E*>(shared_raw);
@@ -144,7 +149,9 @@ __global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensor
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
   E* s_lo = s_hi + L::s_tile;         // [DK][v_stride]
 
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  // Groups of 4 warps share the Q and K tiles (read once from L2 per block) and
+  // each owns kGroupWidth columns of the block's DV range, at column cg.
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
   const int T = args.T, H = args.H, DV = args.DV;
   const int b = blockIdx.y / H, hh = blockIdx.y % H, v0 = blockIdx.x * BV;
@@ -175,32 +182,38 @@ __global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensor
   // The state strip S[:, v0:v0+BV], warp w holding rows w*kSRows.., as mma accumulators:
   // s[mt][nt][e] is S[row, col] with row = w*kSRows + 16mt + g + 8(e/2), col = 8nt + 2t4 + e%2.
   float s[kSMTiles][kNTiles][4];
+  #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt)
+    #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
         s[mt][nt][e] = args.initial_state
-                           ? args.initial_state[((std::size_t(b) * H + hh) * DK + row) * DV + v0 + col]
+                           ? args.initial_state[((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col]
                            : 0.0f;
       }
 
   // Publishes the state: hi/lo 16-bit copies into shared memory for Q S, and
   // the snapshot h[c] (or the final state when c == NT) to device memory.
   auto publish_state = [&](int c) {
+    #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
+      #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
+        #pragma unroll
         for (int half = 0; half < 2; ++half) {
           const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
           const float x0 = s[mt][nt][2 * half], x1 = s[mt][nt][2 * half + 1];
           const float h0 = Elem<E>::round(x0), h1 = Elem<E>::round(x1);
-          *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + col) = Elem<E>::pack(h0, h1);
-          *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + col) = Elem<E>::pack(x0 - h0, x1 - h1);
+          *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = Elem<E>::pack(h0, h1);
+          *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = Elem<E>::pack(x0 - h0, x1 - h1);
           if (c == NT) {
-            float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + col;
+            float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col;
             f[0] = x0;
             f[1] = x1;
           } else if (args.h) {
-            SnapT* p = static_cast<SnapT*>(args.h) + (((std::size_t(b) * NT + c) * H + hh) * DK + row) * DV + v0 + col;
+            SnapT* p = static_cast<SnapT*>(args.h) + (((std::size_t(b) * NT + c) * H + hh) * DK + row) * DV + v0 + cg + col;
             store_pair<SnapT>(p, x0, x1);
           }
         }
@@ -218,67 +231,80 @@ __global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensor
     const E* kt = k_s + buf * L::qk_tile;
     const E* vt = v_s + buf * L::v_tile;
 
-    // Q fragments of this warp's 16 rows, kept for both products that use them.
-    std::uint32_t qf[kKSteps][4];
-    for (int kk = 0; kk < kKSteps; ++kk)
-      ldmatrix_x4(qf[kk], qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
-
-    // A = Q K^T for rows 16w.., all 64 keys.
-    float a[8][4];
+    // One pass over DK computes both products that read Q: A = Q K^T (rows
+    // 16w.., all 64 keys) and O = Q (S_hi + S_lo); each Q fragment is loaded
+    // once and dies at once, which keeps the kernel within 128 registers.
+    float a[8][4], o[kNTiles][4];
+    #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
+      #pragma unroll
       for (int e = 0; e < 4; ++e) a[nt][e] = 0.0f;
-    for (int kk = 0; kk < kKSteps; ++kk)
+    #pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+    #pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      std::uint32_t qf[4];
+      ldmatrix_x4(qf, qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
+      #pragma unroll
       for (int np = 0; np < 4; ++np) {
         std::uint32_t kf[4];
         ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
-        Elem<E>::mma(a[2 * np], qf[kk], kf[0], kf[1]);
-        Elem<E>::mma(a[2 * np + 1], qf[kk], kf[2], kf[3]);
+        Elem<E>::mma(a[2 * np], qf, kf[0], kf[1]);
+        Elem<E>::mma(a[2 * np + 1], qf, kf[2], kf[3]);
       }
+      #pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4);
+        std::uint32_t sf[4];
+        ldmatrix_x4_trans(sf, s_hi + off);
+        Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
+        Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
+        ldmatrix_x4_trans(sf, s_lo + off);
+        Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
+        Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
+      }
+    }
+    #pragma unroll
     for (int nt = 0; nt < 8; ++nt)
+      #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = 16 * warp + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
         a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
       }
-
-    // O = scale * Q (S_hi + S_lo).
-    float o[kNTiles][4];
+    #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
-      for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
-    for (int kk = 0; kk < kKSteps; ++kk)
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4);
-        std::uint32_t sf[4];
-        ldmatrix_x4_trans(sf, s_hi + off);
-        Elem<E>::mma(o[2 * np], qf[kk], sf[0], sf[1]);
-        Elem<E>::mma(o[2 * np + 1], qf[kk], sf[2], sf[3]);
-        ldmatrix_x4_trans(sf, s_lo + off);
-        Elem<E>::mma(o[2 * np], qf[kk], sf[0], sf[1]);
-        Elem<E>::mma(o[2 * np + 1], qf[kk], sf[2], sf[3]);
-      }
-    for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] *= args.scale;
 
     // Per 16 keys: O += (A_hi + A_lo) V, then S += K^T V (the state update after the output).
+    #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       std::uint32_t vf[kNTiles / 2][4];
+      #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
-        ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
+        ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
       std::uint32_t ahi[4], alo[4];
+      #pragma unroll
       for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
         const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
         const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
         ahi[r] = Elem<E>::pack(h0, h1);
         alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
       }
+      #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
         Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
         Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
         Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
       }
+      #pragma unroll
       for (int mt = 0; mt < kSMTiles; ++mt) {
         std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys, from K stored [key][d]
         ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + warp * kSRows + 16 * mt + 8 * ((lane >> 3) & 1));
+        #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
           Elem<E>::mma(s[mt][2 * np], kf, vf[np][0], vf[np][1]);
           Elem<E>::mma(s[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
@@ -288,11 +314,13 @@ __global__ void __launch_bounds__(kThreads) fused_tensor_core_kernel(FusedTensor
 
     // Write this chunk's rows of o.
     OutT* ob = static_cast<OutT*>(args.o);
+    #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = 16 * warp + g + 8 * half, t = t0 + row;
         if (t < T)
-          store_pair<OutT>(ob + ((std::size_t(b) * T + t) * H + hh) * DV + v0 + 8 * nt + 2 * t4, o[nt][2 * half],
+          store_pair<OutT>(ob + ((std::size_t(b) * T + t) * H + hh) * DV + v0 + cg + 8 * nt + 2 * t4, o[nt][2 * half],
                            o[nt][2 * half + 1]);
       }
     __syncthreads();  // every warp has read S_hi/S_lo of the old state
@@ -308,7 +336,7 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, cudaStream_t stre
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(args.DV / BV, args.B * args.H);
-  kernel<<<grid, kThreads, bytes, stream>>>(args);
+  kernel<<<grid, 4 * 32 * (BV / kGroupWidth), bytes, stream>>>(args);
   err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string("fused tensor-core launch: ") + cudaGetErrorString(err));
 }
@@ -320,19 +348,30 @@ inline bool fused_tensor_core_supports(int chunk, int DK, int DV) {
   return chunk == detail::kChunk && (DK == 64 || DK == 128) && DV % 32 == 0;
 }
 
-// block_dv: 32 or 64 (0 chooses: 64 when that still gives >= 2 blocks per SM's worth of work).
+// Block width: the widest of 128, 64, 32 that divides DV and still gives
+// about a block per SM; wider blocks read each Q and K tile once for more DV
+// columns, and the kernel is bound by that L2 traffic (measured with ncu).
+inline int choose_block_dv(int B, int H, int DV, int num_sms) {
+  for (int w : {128, 64})
+    if (DV % w == 0 && std::int64_t(B) * H * (DV / w) * 10 >= std::int64_t(num_sms) * 9) return w;
+  return 32;
+}
+
+// block_dv: 32, 64 or 128 (0 chooses); returns the width used.
 template <class E, class OutT, class SnapT>
 int run_fused_tensor_core(const FusedTensorCoreArgs& args, int block_dv, int num_sms, cudaStream_t stream) {
-  if (block_dv == 0) block_dv = (args.DV % 64 == 0 && args.B * args.H * (args.DV / 64) >= 2 * num_sms) ? 64 : 32;
-  if (block_dv != 32 && block_dv != 64) throw std::invalid_argument("tensor-core fused: block_dv must be 32 or 64");
+  if (block_dv == 0) block_dv = choose_block_dv(args.B, args.H, args.DV, num_sms);
+  if (block_dv != 32 && block_dv != 64 && block_dv != 128)
+    throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128");
   if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
-  if (args.DK == 128) {
-    if (block_dv == 64) detail::launch_fused_tensor_core<E, 128, 64, OutT, SnapT>(args, stream);
-    else detail::launch_fused_tensor_core<E, 128, 32, OutT, SnapT>(args, stream);
-  } else {
-    if (block_dv == 64) detail::launch_fused_tensor_core<E, 64, 64, OutT, SnapT>(args, stream);
-    else detail::launch_fused_tensor_core<E, 64, 32, OutT, SnapT>(args, stream);
-  }
+  auto launch = [&](auto dk) {
+    constexpr int DK = decltype(dk)::value;
+    if (block_dv == 128) detail::launch_fused_tensor_core<E, DK, 128, OutT, SnapT>(args, stream);
+    else if (block_dv == 64) detail::launch_fused_tensor_core<E, DK, 64, OutT, SnapT>(args, stream);
+    else detail::launch_fused_tensor_core<E, DK, 32, OutT, SnapT>(args, stream);
+  };
+  if (args.DK == 128) launch(std::integral_constant<int, 128>{});
+  else launch(std::integral_constant<int, 64>{});
   return block_dv;
 }
 
