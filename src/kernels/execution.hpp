@@ -5,6 +5,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <string>
+#include <type_traits>
 
 namespace linattn {
 
@@ -13,6 +14,10 @@ using MemSpace = ExecSpace::memory_space;
 using TeamPolicy = Kokkos::TeamPolicy<ExecSpace>;
 using Member = TeamPolicy::member_type;
 using ScratchSpace = ExecSpace::scratch_memory_space;
+
+// Whether kernels run on the host (team scratch of both levels is then
+// ordinary memory, and the host tile GEMM can run).
+constexpr bool host_execution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
 
 template <class T>
 using Tile = Kokkos::View<T**, Kokkos::LayoutRight, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;

@@ -27,6 +27,7 @@ const char* gemm_path_name(GemmPath g) {
     case GemmPath::automatic: return "auto";
     case GemmPath::kokkos_kernels: return "kokkoskernels";
     case GemmPath::tensor_core: return "tensorcore";
+    case GemmPath::host_tile: return "hosttile";
   }
   return "?";
 }
@@ -35,7 +36,8 @@ GemmPath parse_gemm_path(const std::string& s) {
   if (s == "auto") return GemmPath::automatic;
   if (s == "kokkoskernels") return GemmPath::kokkos_kernels;
   if (s == "tensorcore") return GemmPath::tensor_core;
-  throw std::invalid_argument("unknown gemm path '" + s + "' (expected auto, kokkoskernels or tensorcore)");
+  if (s == "hosttile") return GemmPath::host_tile;
+  throw std::invalid_argument("unknown gemm path '" + s + "' (expected auto, kokkoskernels, tensorcore or hosttile)");
 }
 
 DType output_dtype(DType input, const ForwardConfig& config) { return config.output_fp32 ? DType::f32 : input; }
@@ -62,6 +64,8 @@ ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const
                                                               : tensor_core_unavailable<In, Out, Acc>(p, c);
     if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
   }
+  if (c.gemm == GemmPath::host_tile && !host_execution)
+    throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
   if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, od, sd);
   return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, od, sd);
 }

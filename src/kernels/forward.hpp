@@ -21,12 +21,14 @@ enum class SnapshotMode {
 const char* snapshot_mode_name(SnapshotMode m);
 SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16, none
 
-// How tile products are computed: the portable KokkosBatched team GEMMs, or
-// the CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64).
-// automatic takes tensor cores where they can run and KokkosBatched elsewhere.
-enum class GemmPath { automatic, kokkos_kernels, tensor_core };
+// How tile products are computed: the portable KokkosBatched team GEMMs, the
+// CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64), or the
+// register-blocked host tile GEMM (host execution spaces, every variant).
+// automatic takes tensor cores where they can run, the host tile GEMM on the
+// host, and KokkosBatched elsewhere.
+enum class GemmPath { automatic, kokkos_kernels, tensor_core, host_tile };
 const char* gemm_path_name(GemmPath g);
-GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore
+GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore, hosttile
 
 struct ForwardConfig {
   Variant variant = Variant::fused;

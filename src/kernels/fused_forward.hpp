@@ -18,6 +18,7 @@ struct FusedForward {
   Views views;
   int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
   Acc scale;
+  TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
     return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
@@ -40,20 +41,20 @@ struct FusedForward {
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       if (store_snapshots) store_snapshot(m, views.h, S, b, c, h, d0);  // h[c] = state before chunk c
       m.team_barrier();
-      team_gemm<NoTrans, NoTrans>(m, scale, Q, S, Acc(0), O);  // O = scale Q S_prev
-      team_gemm<NoTrans, Trans>(m, scale, Q, K, Acc(0), A);    // A = scale Q K^T
+      team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);  // O = scale Q S_prev
+      team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);    // A = scale Q K^T
       mask_upper_triangle(m, A);
       m.team_barrier();
-      team_gemm<NoTrans, NoTrans>(m, Acc(1), A, V, Acc(1), O);  // O += tril(A) V
+      team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);  // O += tril(A) V
       store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
-      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);  // S += K^T V, after the output: the right shift
+      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);  // S += K^T V, after the output: the right shift
     }
     store_state(m, views.final_state, S, b, h, d0);
   }
 };
 
 template <class Views>
-ScratchPlan run_fused(const Problem& p, const Views& views, std::int64_t block_dv, int team_size) {
+ScratchPlan run_fused(const Problem& p, const Views& views, std::int64_t block_dv, int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::fused");
   using Kernel = FusedForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
@@ -61,7 +62,7 @@ ScratchPlan run_fused(const Problem& p, const Views& views, std::int64_t block_d
   Kernel kernel{views,
                 static_cast<int>(p.T), static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
                 static_cast<int>(p.chunk), static_cast<int>(p.num_chunks()), static_cast<int>(plan.block_dv),
-                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale)};
+                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale), gemm};
   const int league = static_cast<int>(num_blocks * p.B * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::fused_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);

@@ -20,6 +20,7 @@ struct MaterializedStatePass {
   Views views;
   Snapshots snapshots;
   int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
+  TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
     return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}});
@@ -38,7 +39,7 @@ struct MaterializedStatePass {
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       m.team_barrier();
-      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);
+      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
     }
     store_state(m, views.final_state, S, b, h, d0);
   }
@@ -52,6 +53,7 @@ struct MaterializedOutputPass {
   Snapshots snapshots;
   int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
   Acc scale;
+  TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
     return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
@@ -71,18 +73,18 @@ struct MaterializedOutputPass {
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, scale, Q, K, Acc(0), A);
+    team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
+    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);
     mask_upper_triangle(m, A);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, Acc(1), A, V, Acc(1), O);
+    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
   }
 };
 
 template <class Views, class Snapshots>
 ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Snapshots& snapshots,
-                                  std::int64_t block_dv, int team_size) {
+                                  std::int64_t block_dv, int team_size, TileGemm gemm) {
   using StatePass = MaterializedStatePass<Views, Snapshots>;
   using OutputPass = MaterializedOutputPass<Views, Snapshots>;
   using Acc = typename Views::acc_type;
@@ -96,14 +98,15 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
     ScopedRegion region("linattn::materialized::states");
     const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv);
     const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-    StatePass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, level};
+    StatePass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, level, gemm};
     const int league = static_cast<int>(num_blocks * p.B * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_states", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);
   }
   {
     ScopedRegion region("linattn::materialized::outputs");
-    OutputPass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, plan.level, static_cast<Acc>(p.scale)};
+    OutputPass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, plan.level, static_cast<Acc>(p.scale),
+                      gemm};
     const int league = static_cast<int>(p.num_chunks() * num_blocks * p.B * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_outputs", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
@@ -114,13 +117,14 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
 // Uses the caller's snapshot View when it is present; otherwise an internal
 // buffer in the accumulation type that lives only for this call.
 template <class Views>
-ScratchPlan run_materialized(const Problem& p, const Views& views, std::int64_t block_dv, int team_size) {
+ScratchPlan run_materialized(const Problem& p, const Views& views, std::int64_t block_dv, int team_size,
+                             TileGemm gemm) {
   ScopedRegion region("linattn::materialized");
-  if (views.h.extent(0) > 0) return run_materialized_with(p, views, views.h, block_dv, team_size);
+  if (views.h.extent(0) > 0) return run_materialized_with(p, views, views.h, block_dv, team_size, gemm);
   using Acc = typename Views::acc_type;
   DeviceView5<Acc> buffer(Kokkos::view_alloc(std::string("linattn::h_buffer"), Kokkos::WithoutInitializing), p.B,
                           p.num_chunks(), p.H, p.DK, p.DV);
-  return run_materialized_with(p, views, buffer, block_dv, team_size);
+  return run_materialized_with(p, views, buffer, block_dv, team_size, gemm);
 }
 
 }  // namespace linattn

@@ -18,6 +18,7 @@ struct RecomputeForward {
   Views views;
   int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
   Acc scale;
+  TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
     return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
@@ -39,7 +40,7 @@ struct RecomputeForward {
       load_token_tile(m, K, views.k, b, cp * C, C, h, 0, DK);
       load_token_tile(m, V, views.v, b, cp * C, C, h, d0, W);
       m.team_barrier();
-      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);
+      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
     }
     m.team_barrier();
     const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
@@ -49,21 +50,22 @@ struct RecomputeForward {
     if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, b, c, h, d0);
     m.team_barrier();
     // (2) + (3): O = scale (Q S + tril(Q K^T) V).
-    team_gemm<NoTrans, NoTrans>(m, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, scale, Q, K, Acc(0), A);
+    team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
+    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);
     mask_upper_triangle(m, A);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, Acc(1), A, V, Acc(1), O);
+    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
     if (c == NT - 1) {  // the last chunk's team owns the final state
-      team_gemm<Trans, NoTrans>(m, Acc(1), K, V, Acc(1), S);
+      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
       store_state(m, views.final_state, S, b, h, d0);
     }
   }
 };
 
 template <class Views>
-ScratchPlan run_recompute(const Problem& p, const Views& views, std::int64_t block_dv, int team_size) {
+ScratchPlan run_recompute(const Problem& p, const Views& views, std::int64_t block_dv, int team_size,
+                          TileGemm gemm) {
   ScopedRegion region("linattn::recompute");
   using Kernel = RecomputeForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
@@ -71,7 +73,7 @@ ScratchPlan run_recompute(const Problem& p, const Views& views, std::int64_t blo
   Kernel kernel{views,
                 static_cast<int>(p.T), static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
                 static_cast<int>(p.chunk), static_cast<int>(p.num_chunks()), static_cast<int>(plan.block_dv),
-                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale)};
+                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale), gemm};
   const int league = static_cast<int>(p.num_chunks() * num_blocks * p.B * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::recompute_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);

@@ -1,6 +1,8 @@
 // Runs one forward variant on Views that already live on the device: the
-// tensor-core kernel where it applies (and is not turned off), the portable
-// TeamPolicy kernels otherwise. Shared by run_forward and the benchmark.
+// tensor-core kernel where it applies (and is not turned off), the TeamPolicy
+// kernels otherwise, with the host tile GEMM on host execution spaces unless
+// the portable KokkosBatched path is asked for. Shared by run_forward and the
+// benchmark.
 #pragma once
 
 #include "kernels/forward.hpp"
@@ -22,15 +24,21 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
   using Out = typename Views::output_type;
   using Snap = typename Views::snapshot_type;
   VariantRun run;
-  if (config.gemm != GemmPath::kokkos_kernels && tensor_core_unavailable<In, Out, Snap>(p, config).empty()) {
+  const bool tensor_cores_allowed = config.gemm == GemmPath::automatic || config.gemm == GemmPath::tensor_core;
+  if (tensor_cores_allowed && tensor_core_unavailable<In, Out, Snap>(p, config).empty()) {
     run.plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
     run.gemm = GemmPath::tensor_core;
     return run;
   }
+  if (config.gemm == GemmPath::host_tile && !host_execution)
+    throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
+  const bool host_tiles = host_execution && config.gemm != GemmPath::kokkos_kernels;
+  const TileGemm tiles = host_tiles ? TileGemm::host : TileGemm::portable;
+  run.gemm = host_tiles ? GemmPath::host_tile : GemmPath::kokkos_kernels;
   switch (config.variant) {
-    case Variant::fused: run.plan = run_fused(p, views, config.block_dv, config.team_size); break;
-    case Variant::recompute: run.plan = run_recompute(p, views, config.block_dv, config.team_size); break;
-    case Variant::materialized: run.plan = run_materialized(p, views, config.block_dv, config.team_size); break;
+    case Variant::fused: run.plan = run_fused(p, views, config.block_dv, config.team_size, tiles); break;
+    case Variant::recompute: run.plan = run_recompute(p, views, config.block_dv, config.team_size, tiles); break;
+    case Variant::materialized: run.plan = run_materialized(p, views, config.block_dv, config.team_size, tiles); break;
   }
   return run;
 }

@@ -14,9 +14,6 @@
 
 namespace linattn {
 
-// Whether kernels run on the host (team scratch of both levels is then ordinary memory).
-constexpr bool host_execution = std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
-
 struct ScratchPlan {
   int level = 0;
   std::int64_t block_dv = 0;
