@@ -120,27 +120,34 @@ __device__ inline void store_pair<__half>(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
 
-template <int DK, int BV>
+template <int DK, int BV, class OutT>
 struct Layout {
   static constexpr int qk_stride = DK + kPad;
   static constexpr int v_stride = BV + kPad;
   static constexpr int qk_tile = kChunk * qk_stride;  // elements
   static constexpr int v_tile = kChunk * v_stride;
   static constexpr int s_tile = DK * v_stride;
-  // Q, K, V double-buffered, then S_hi, S_lo.
+  // Q, K, V double-buffered, then S_hi, S_lo, then the output tile (OutT).
   static constexpr int elements = 2 * (2 * qk_tile + v_tile) + 2 * s_tile;
-  static constexpr std::size_t bytes = std::size_t(elements) * 2;
+  static constexpr std::size_t o_offset = std::size_t(elements) * 2;
+  static constexpr int o_stride = BV + 16 / int(sizeof(OutT));  // OutT elements, 16 bytes of padding
+  static constexpr std::size_t bytes = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
 };
 
 template <class E, int DK, int BV, class OutT, class SnapT>
 __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = Layout<DK, BV>;
+  using L = Layout<DK, BV, OutT>;
   constexpr int kThreads = 4 * 32 * (BV / kGroupWidth);
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
   constexpr int kSMTiles = kSRows / 16;
   constexpr int kNTiles = kGroupWidth / 8;
   constexpr int kKSteps = DK / 16;
+  // Skipping the all-zero upper tiles of tril(Q K^T) leaves warp w with w+1 of
+  // 4 key tiles. With 16 warps per SM that frees issue slots and shared-memory
+  // reads (measured -8% at block_dv 128); with 4-8 warps per SM the branches
+  // cost more latency hiding than they save (+15-50% at block_dv 32, 64).
+  constexpr bool kSkipMasked = BV == 128;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* smem = reinterpret_cast<E*>(shared_raw);
   E* q_s = smem;                      // [2][64][qk_stride]
@@ -148,6 +155,10 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   E* v_s = k_s + 2 * L::qk_tile;      // [2][64][v_stride]
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
   E* s_lo = s_hi + L::s_tile;         // [DK][v_stride]
+  OutT* o_s = reinterpret_cast<OutT*>(shared_raw + L::o_offset);  // [64][o_stride]
+  // bf16 (fp16) snapshots of bf16 (fp16) inputs are exactly S_hi: they leave
+  // from shared memory in whole 16-byte pieces instead of scattered pairs.
+  constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value;
 
   // Groups of 4 warps share the Q and K tiles (read once from L2 per block) and
   // each owns kGroupWidth columns of the block's DV range, at column cg.
@@ -212,7 +223,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
             float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col;
             f[0] = x0;
             f[1] = x1;
-          } else if (args.h) {
+          } else if (args.h && !snapshots_from_shared) {
             SnapT* p = static_cast<SnapT*>(args.h) + (((std::size_t(b) * NT + c) * H + hh) * DK + row) * DV + v0 + cg + col;
             store_pair<SnapT>(p, x0, x1);
           }
@@ -226,6 +237,15 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     cp_async_wait_all();
     __syncthreads();  // chunk c and the state before it are in shared memory
     if (c + 1 < NT) load_chunk(c + 1, buf ^ 1);  // overlaps this chunk's math
+    if (snapshots_from_shared && args.h) {  // h[c] = S_hi, the state before chunk c
+      constexpr int segs = BV * 2 / 16;
+      E* hc = static_cast<E*>(args.h) + ((std::size_t(b) * NT + c) * H + hh) * std::size_t(DK) * DV + v0;
+      for (int i = threadIdx.x; i < DK * segs; i += kThreads) {
+        const int r = i / segs, sg = i % segs;
+        *reinterpret_cast<uint4*>(hc + std::size_t(r) * DV + sg * 8) =
+            *reinterpret_cast<const uint4*>(s_hi + r * L::v_stride + sg * 8);
+      }
+    }
 
     const E* qt = q_s + buf * L::qk_tile;
     const E* kt = k_s + buf * L::qk_tile;
@@ -249,6 +269,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       ldmatrix_x4(qf, qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
       #pragma unroll
       for (int np = 0; np < 4; ++np) {
+        if (kSkipMasked && np > warp) continue;  // keys past this warp's rows: masked to zero anyway
         std::uint32_t kf[4];
         ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
         Elem<E>::mma(a[2 * np], qf, kf[0], kf[1]);
@@ -285,20 +306,22 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
-      std::uint32_t ahi[4], alo[4];
-      #pragma unroll
-      for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
-        const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
-        const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
-        ahi[r] = Elem<E>::pack(h0, h1);
-        alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
-      }
-      #pragma unroll
-      for (int np = 0; np < kNTiles / 2; ++np) {
-        Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
-        Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
-        Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
-        Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
+      if (!kSkipMasked || kk <= warp) {  // keys past this warp's rows contribute zero
+        std::uint32_t ahi[4], alo[4];
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
+          const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
+          const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
+          ahi[r] = Elem<E>::pack(h0, h1);
+          alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
+        }
+        #pragma unroll
+        for (int np = 0; np < kNTiles / 2; ++np) {
+          Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
+          Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
+          Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
+          Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
+        }
       }
       #pragma unroll
       for (int mt = 0; mt < kSMTiles; ++mt) {
@@ -312,19 +335,25 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       }
     }
 
-    // Write this chunk's rows of o.
-    OutT* ob = static_cast<OutT*>(args.o);
+    // Stage this chunk's rows of o in shared memory ...
     #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int row = 16 * warp + g + 8 * half, t = t0 + row;
-        if (t < T)
-          store_pair<OutT>(ob + ((std::size_t(b) * T + t) * H + hh) * DV + v0 + cg + 8 * nt + 2 * t4, o[nt][2 * half],
-                           o[nt][2 * half + 1]);
-      }
-    __syncthreads();  // every warp has read S_hi/S_lo of the old state
+      for (int half = 0; half < 2; ++half)
+        store_pair<OutT>(o_s + (16 * warp + g + 8 * half) * L::o_stride + cg + 8 * nt + 2 * t4, o[nt][2 * half],
+                         o[nt][2 * half + 1]);
+    __syncthreads();  // every warp has read S_hi/S_lo of the old state; o is staged
     publish_state(c + 1);
+    {  // ... and write it in whole 16-byte pieces.
+      constexpr int per = 16 / int(sizeof(OutT)), segs = BV / per;
+      OutT* ob = static_cast<OutT*>(args.o);
+      for (int i = threadIdx.x; i < kChunk * segs; i += kThreads) {
+        const int r = i / segs, sg = i % segs, t = t0 + r;
+        if (t < T)
+          *reinterpret_cast<uint4*>(ob + ((std::size_t(b) * T + t) * H + hh) * DV + v0 + sg * per) =
+              *reinterpret_cast<const uint4*>(o_s + r * L::o_stride + sg * per);
+      }
+    }
   }
 #endif
 }
@@ -332,7 +361,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
 template <class E, int DK, int BV, class OutT, class SnapT>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, cudaStream_t stream) {
   auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT>;
-  const std::size_t bytes = Layout<DK, BV>::bytes;
+  const std::size_t bytes = Layout<DK, BV, OutT>::bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(args.DV / BV, args.B * args.H);
