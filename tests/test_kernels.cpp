@@ -1,7 +1,9 @@
 // Each Kokkos forward variant matches the fp64 reference on o, h and
 // final_state for fp64, fp32, fp16 and bf16 inputs, with outputs poisoned (NaN)
 // before the kernels run, on ragged chunks, DK != DV, B and H > 1, C in
-// {16, 32, 64}, with and without an initial state.
+// {16, 32, 64}, with and without an initial state; through both tile GEMM
+// paths (automatic: the host tile GEMM on host backends; kokkoskernels: the
+// portable KokkosBatched::TeamGemm), so that breaking either fails here.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -28,10 +30,19 @@ const Shape kShapes[] = {
     {2, 70, 1, 24, 40, 64, 16, true, 0.5},     // C = 64 with T = 70, several DV blocks (16, 16, 8)
 };
 
-class KernelMatchesReference : public ::testing::TestWithParam<std::tuple<Variant, DType>> {};
+// The path `automatic` resolves to on this build's default execution space.
+GemmPath automatic_path() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  return GemmPath::kokkos_kernels;  // no shape here suits the tensor-core kernel (DK 64 or 128, chunk 64)
+#else
+  return GemmPath::host_tile;
+#endif
+}
+
+class KernelMatchesReference : public ::testing::TestWithParam<std::tuple<Variant, DType, GemmPath>> {};
 
 TEST_P(KernelMatchesReference, OnEveryShape) {
-  const auto [variant, dtype] = GetParam();
+  const auto [variant, dtype, gemm] = GetParam();
   std::uint64_t seed = 100;
   for (const Shape& s : kShapes) {
     Problem p;
@@ -47,6 +58,7 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
       for (SnapshotMode snaps : {SnapshotMode::accumulation, SnapshotMode::bf16}) {
         ForwardConfig cfg;
         cfg.variant = variant;
+        cfg.gemm = gemm;
         cfg.output_fp32 = fp32_out;
         cfg.snapshots = snaps;
         cfg.block_dv = s.block_dv;
@@ -54,6 +66,7 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
         const ForwardOutput out =
             run_forward(p, cfg, in.q, in.k, in.v, s.initial_state ? &in.initial_state : nullptr);
         SCOPED_TRACE(std::string("out ") + dtype_name(out.o.dtype) + ", snapshots " + dtype_name(out.h.dtype));
+        ASSERT_EQ(out.gemm, gemm == GemmPath::automatic ? automatic_path() : gemm);
         ASSERT_EQ(out.o.dtype, fp32_out ? DType::f32 : dtype);
         ASSERT_EQ(out.h.shape, p.h_shape());
         ASSERT_EQ(out.final_state.dtype, accumulation_dtype(dtype));
@@ -73,9 +86,11 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
 INSTANTIATE_TEST_SUITE_P(
     AllVariantsAllDtypes, KernelMatchesReference,
     ::testing::Combine(::testing::Values(Variant::fused, Variant::materialized, Variant::recompute),
-                       ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16)),
+                       ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
+                       ::testing::Values(GemmPath::automatic, GemmPath::kokkos_kernels)),
     [](const ::testing::TestParamInfo<KernelMatchesReference::ParamType>& info) {
-      return std::string(variant_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param));
+      return std::string(variant_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param)) + "_" +
+             gemm_path_name(std::get<2>(info.param));
     });
 
 TEST(Kernels, SnapshotsCanBeSkipped) {
