@@ -11,19 +11,27 @@ GPU_DIR=${GPU_DIR:-.gpu}
 LOGS=${OUT:-bench/results}
 mkdir -p "$LOGS"
 export LD_LIBRARY_PATH="$PWD/$GPU_DIR/lib:${LD_LIBRARY_PATH:-}"
-steps=${*:-tests bench compare}
+steps=${*:-tests compare portable scaling}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$LOGS/gpu-info.txt"
 for step in $steps; do
   case $step in
-    tests)
-      "$GPU_DIR/linattn_tests" 2>&1 | tee "$LOGS/gpu-tests.log" | grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure|error' ;;
-    bench)
-      "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --shape 1,32768,32,128 --variants fused --gemm tensorcore \
-        --reps 20 --json "$LOGS/bench-tensorcore.json" 2>&1 | tee "$LOGS/bench-tensorcore.txt" ;;
-    compare)
-      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --json "$LOGS/compare-fla.json" \
-        2>&1 | tee "$LOGS/compare-fla.txt" ;;
-    *) "$GPU_DIR/linattn" bench $step ;;
+    tests)  # the whole GoogleTest suite on the GPU backend
+      LINATTN_EXE="$PWD/$GPU_DIR/linattn" "$GPU_DIR/linattn_tests" 2>&1 | tee "$LOGS/gpu-tests.log" |
+        grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure' ;;
+    compare)  # the five benchmark shapes beside fla, same run
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused,materialized \
+        --json "$LOGS/compare-fla.json" 2>&1 | tee "$LOGS/compare-fla.txt" ;;
+    portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
+      "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
+        --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;
+    scaling)  # recompute grows ~T^2, fused and materialized ~T (B=1, H=32, D=128)
+      "$GPU_DIR/linattn" bench --shape 1,4096,32,128 --shape 1,16384,32,128 --shape 1,32768,32,128 \
+        --variants fused,materialized,recompute --gemm kokkoskernels --reps 1 --warmup 1 \
+        --json "$LOGS/bench-scaling-portable.json" 2>&1 | tee "$LOGS/bench-scaling-portable.txt"
+      "$GPU_DIR/linattn" bench --shape 1,4096,32,128 --shape 1,16384,32,128 --shape 1,32768,32,128 \
+        --variants fused --gemm tensorcore --reps 20 \
+        --json "$LOGS/bench-scaling-tensorcore.json" 2>&1 | tee "$LOGS/bench-scaling-tensorcore.txt" ;;
+    *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -30,9 +30,16 @@ struct Exit {
   std::string output;  // stdout and stderr together
 };
 
+// The binary built beside this test, or LINATTN_EXE from the environment when
+// the two binaries were carried to another machine (the GPU runs).
+std::string linattn_exe() {
+  const char* env = std::getenv("LINATTN_EXE");
+  return env && *env ? env : LINATTN_EXE;
+}
+
 Exit linattn_cli(const TempDir& dir, const std::string& args) {
   const std::string log = dir / "cli.log";
-  const std::string command = std::string("'") + LINATTN_EXE + "' " + args + " > '" + log + "' 2>&1";
+  const std::string command = "'" + linattn_exe() + "' " + args + " > '" + log + "' 2>&1";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
 }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Builds linattn and its test binary against an installed CUDA-enabled Kokkos +
+# Kokkos Kernels (not built here), then packs both, stripped, with the
+# non-system shared libraries they link, into one folder that can be carried to
+# a GPU machine and run there with bench/gpu_session.sh.
+#   bash bench/make_gpu_bundle.sh /path/to/kokkos-cuda-install [.gpu]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+KOKKOS=${1:?usage: make_gpu_bundle.sh KOKKOS_ROOT [DEST]}
+DEST=${2:-.gpu}
+export PATH=/usr/local/cuda/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++}
+cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$KOKKOS/bin/nvcc_wrapper" \
+  -DKokkos_ROOT="$KOKKOS" -DKokkosKernels_ROOT="$KOKKOS" > build-cuda.configure.log
+make -C build-cuda -j"${JOBS:-2}" linattn linattn_tests
+rm -rf "$DEST" && mkdir -p "$DEST"
+cp build-cuda/linattn build-cuda/tests/linattn_tests "$DEST/"
+strip "$DEST/linattn" "$DEST/linattn_tests"
+bundle=${BUNDLE_LIBS:-../shared/tools/bundle-libs}
+bash "$bundle" "$DEST/lib" "$DEST/linattn" "$DEST/linattn_tests"
+nvcc -std=c++17 -O3 -arch=sm_90 -Isrc bench/fused_tensor_core_bench.cu -o "$DEST/tc_bench"
+du -sh "$DEST"
