@@ -131,7 +131,12 @@ struct Layout {
   static constexpr int elements = 2 * (2 * qk_tile + v_tile) + 2 * s_tile;
   static constexpr std::size_t o_offset = std::size_t(elements) * 2;
   static constexpr int o_stride = BV + 16 / int(sizeof(OutT));  // OutT elements, 16 bytes of padding
-  static constexpr std::size_t bytes = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
+  static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
+  // With several groups the scores tril(Q K^T) are computed once per block and
+  // shared through shared memory as hi and lo 16-bit tiles [64][a_stride].
+  static constexpr int a_stride = kChunk + kPad;
+  static constexpr std::size_t a_bytes = BV > kGroupWidth ? std::size_t(2) * kChunk * a_stride * 2 : 0;
+  static constexpr std::size_t bytes = a_offset + a_bytes;
 };
 
 template <class E, int DK, int BV, class OutT, class SnapT>
@@ -148,6 +153,12 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   // reads (measured -8% at block_dv 128); with 4-8 warps per SM the branches
   // cost more latency hiding than they save (+15-50% at block_dv 32, 64).
   constexpr bool kSkipMasked = BV == 128;
+  // Several groups: group j computes key tiles j, j + groups, ... of every warp
+  // row's scores and all groups read them back (one Q K^T per block, not per group).
+  constexpr bool kShareA = BV > kGroupWidth;
+  constexpr int kGroups = BV / kGroupWidth;
+  constexpr int kATiles = kShareA ? 4 / kGroups : 4;  // 16-key tiles of A this warp computes
+  const int grp = threadIdx.x >> 7;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* smem = reinterpret_cast<E*>(shared_raw);
   E* q_s = smem;                      // [2][64][qk_stride]
@@ -156,6 +167,8 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
   E* s_lo = s_hi + L::s_tile;         // [DK][v_stride]
   OutT* o_s = reinterpret_cast<OutT*>(shared_raw + L::o_offset);  // [64][o_stride]
+  E* a_hi = reinterpret_cast<E*>(shared_raw + L::a_offset);  // [64][a_stride], kShareA only
+  E* a_lo = a_hi + kChunk * L::a_stride;
   // bf16 (fp16) snapshots of bf16 (fp16) inputs are exactly S_hi: they leave
   // from shared memory in whole 16-byte pieces instead of scattered pairs.
   constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value;
@@ -254,9 +267,9 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     // One pass over DK computes both products that read Q: A = Q K^T (rows
     // 16w.., all 64 keys) and O = Q (S_hi + S_lo); each Q fragment is loaded
     // once and dies at once, which keeps the kernel within 128 registers.
-    float a[8][4], o[kNTiles][4];
+    float a[2 * kATiles][4], o[kNTiles][4];  // key tile j of a: 16 * (kShareA ? grp + j * kGroups : j)
     #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) a[nt][e] = 0.0f;
     #pragma unroll
@@ -267,13 +280,25 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     for (int kk = 0; kk < kKSteps; ++kk) {
       std::uint32_t qf[4];
       ldmatrix_x4(qf, qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
-      #pragma unroll
-      for (int np = 0; np < 4; ++np) {
-        if (kSkipMasked && np > warp) continue;  // keys past this warp's rows: masked to zero anyway
-        std::uint32_t kf[4];
-        ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
-        Elem<E>::mma(a[2 * np], qf, kf[0], kf[1]);
-        Elem<E>::mma(a[2 * np + 1], qf, kf[2], kf[3]);
+      if constexpr (kShareA) {
+        #pragma unroll
+        for (int j = 0; j < kATiles; ++j) {
+          const int tile = grp + j * kGroups;
+          if (tile > warp) continue;  // key tiles past this warp's rows are masked to zero
+          std::uint32_t kf[4];
+          ldmatrix_x4(kf, kt + (16 * tile + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
+          Elem<E>::mma(a[2 * j], qf, kf[0], kf[1]);
+          Elem<E>::mma(a[2 * j + 1], qf, kf[2], kf[3]);
+        }
+      } else {
+        #pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          if (kSkipMasked && np > warp) continue;  // keys past this warp's rows: masked to zero anyway
+          std::uint32_t kf[4];
+          ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
+          Elem<E>::mma(a[2 * np], qf, kf[0], kf[1]);
+          Elem<E>::mma(a[2 * np + 1], qf, kf[2], kf[3]);
+        }
       }
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
@@ -288,12 +313,29 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       }
     }
     #pragma unroll
-    for (int nt = 0; nt < 8; ++nt)
+    for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = 16 * warp + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
+        const int row = 16 * warp + g + 8 * (e / 2);
+        const int col = (kShareA ? 16 * (grp + (nt / 2) * kGroups) + 8 * (nt % 2) : 8 * nt) + 2 * t4 + (e % 2);
         a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
       }
+    if constexpr (kShareA) {  // publish this warp's score tile as hi + lo, then wait for all tiles
+      #pragma unroll
+      for (int nt = 0; nt < 2 * kATiles; ++nt) {
+        const int tile = grp + (nt / 2) * kGroups;
+        if (tile > warp) continue;
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int off = (16 * warp + g + 8 * half) * L::a_stride + 16 * tile + 8 * (nt % 2) + 2 * t4;
+            const float x0 = a[nt][2 * half], x1 = a[nt][2 * half + 1];
+            const float h0 = Elem<E>::round(x0), h1 = Elem<E>::round(x1);
+            *reinterpret_cast<std::uint32_t*>(a_hi + off) = Elem<E>::pack(h0, h1);
+            *reinterpret_cast<std::uint32_t*>(a_lo + off) = Elem<E>::pack(x0 - h0, x1 - h1);
+          }
+      }
+      __syncthreads();
+    }
     #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
@@ -306,14 +348,20 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
-      if (!kSkipMasked || kk <= warp) {  // keys past this warp's rows contribute zero
+      if (!(kSkipMasked || kShareA) || kk <= warp) {  // keys past this warp's rows contribute zero
         std::uint32_t ahi[4], alo[4];
-        #pragma unroll
-        for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
-          const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
-          const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
-          ahi[r] = Elem<E>::pack(h0, h1);
-          alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
+        if constexpr (kShareA) {
+          const int off = (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4);
+          ldmatrix_x4(ahi, a_hi + off);
+          ldmatrix_x4(alo, a_lo + off);
+        } else {
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
+            const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
+            const float h0 = Elem<E>::round(src[0]), h1 = Elem<E>::round(src[1]);
+            ahi[r] = Elem<E>::pack(h0, h1);
+            alo[r] = Elem<E>::pack(src[0] - h0, src[1] - h1);
+          }
         }
         #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
