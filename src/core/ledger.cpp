@@ -9,6 +9,7 @@ const char* variant_name(Variant v) {
     case Variant::fused: return "fused";
     case Variant::materialized: return "materialized";
     case Variant::recompute: return "recompute";
+    case Variant::recurrent: return "recurrent";
   }
   return "?";
 }
@@ -17,7 +18,8 @@ Variant parse_variant(const std::string& s) {
   if (s == "fused") return Variant::fused;
   if (s == "materialized") return Variant::materialized;
   if (s == "recompute") return Variant::recompute;
-  throw std::invalid_argument("unknown variant '" + s + "' (expected fused, materialized or recompute)");
+  if (s == "recurrent") return Variant::recurrent;
+  throw std::invalid_argument("unknown variant '" + s + "' (expected fused, materialized, recompute or recurrent)");
 }
 
 FlopCounts count_flops(const Problem& p) {
@@ -26,27 +28,35 @@ FlopCounts count_flops(const Problem& p) {
   const double DK = static_cast<double>(p.DK), DV = static_cast<double>(p.DV);
   FlopCounts f;
   f.state_sequential = bh * 2.0 * T * DK * DV;
-  double prefix_tokens = 0;  // sum over chunks of the tokens before them
-  for (std::int64_t c = 0; c < p.num_chunks(); ++c) prefix_tokens += static_cast<double>(c * p.chunk);
-  f.state_recompute = bh * 2.0 * prefix_tokens * DK * DV;
+  // Per sequence (a plain batch: B sequences of T tokens): the tokens before
+  // each chunk in its sequence, and the squared lengths of the causal form.
+  double prefix_tokens = 0, squared_lengths = 0;
+  for (std::int64_t n = 0; n < p.num_sequences(); ++n) {
+    for (std::int64_t c = 0; c < p.sequence_chunks(n); ++c) prefix_tokens += static_cast<double>(c * p.chunk);
+    squared_lengths += static_cast<double>(p.sequence_length(n)) * static_cast<double>(p.sequence_length(n));
+  }
+  const double heads = static_cast<double>(p.H);
+  f.state_recompute = heads * 2.0 * prefix_tokens * DK * DV;
   f.readout = bh * 2.0 * T * DK * DV;
   f.intra = bh * 2.0 * T * C * (DK + DV);
   f.ideal = f.state_sequential + f.readout + f.intra;
-  f.causal_flash_attention = bh * T * T * (DK + DV);
+  f.causal_flash_attention = heads * squared_lengths * (DK + DV);
   f.redundancy = f.state_recompute / f.state_sequential;
+  f.recurrent = bh * 4.0 * T * DK * DV;
   return f;
 }
 
 double variant_flops(const Problem& p, Variant v) {
   const FlopCounts f = count_flops(p);
   if (v == Variant::recompute) return f.state_recompute + f.readout + f.intra;
+  if (v == Variant::recurrent) return f.recurrent;
   return f.ideal;
 }
 
 ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
                        bool has_initial_state) {
   const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);
-  const double state = static_cast<double>(p.B) * static_cast<double>(p.H) * static_cast<double>(p.DK) *
+  const double state = static_cast<double>(p.num_sequences()) * static_cast<double>(p.H) * static_cast<double>(p.DK) *
                        static_cast<double>(p.DV);
   const double acc = static_cast<double>(dtype_size(accumulation_dtype(input)));
   ByteCounts b;
@@ -55,7 +65,9 @@ ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType*
   b.v = bth * p.DV * dtype_size(input);
   b.initial_state = has_initial_state ? state * acc : 0.0;
   b.o = bth * p.DV * dtype_size(output);
-  b.h = snapshot_dtype ? state * static_cast<double>(p.num_chunks()) * dtype_size(*snapshot_dtype) : 0.0;
+  const double h_states = static_cast<double>(p.h_shape()[0]) * static_cast<double>(p.total_chunks()) *
+                          static_cast<double>(p.H) * static_cast<double>(p.DK) * static_cast<double>(p.DV);
+  b.h = snapshot_dtype ? h_states * dtype_size(*snapshot_dtype) : 0.0;
   b.final_state = state * acc;
   return b;
 }

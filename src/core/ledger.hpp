@@ -13,7 +13,9 @@
 
 namespace linattn {
 
-enum class Variant { fused, materialized, recompute };
+// recurrent is not a chunked form: token by token, S += k v^T then o = scale S^T q
+// (seed 001 section 3.2), for decode-style workloads and short sequences.
+enum class Variant { fused, materialized, recompute, recurrent };
 const char* variant_name(Variant v);
 Variant parse_variant(const std::string& s);
 
@@ -25,13 +27,16 @@ struct FlopCounts {
   double ideal = 0;             // state_sequential + readout + intra = 4 T DK DV + 2 T C (DK + DV)
   double causal_flash_attention = 0;  // T^2 (DK + DV), = 2 N^2 D for DK = DV
   double redundancy = 0;        // state_recompute / state_sequential = (NC - 1) / 2 for full chunks
+  double recurrent = 0;         // token by token: 2 T DK DV (update) + 2 T DK DV (readout) = 4 T DK DV
 };
 
-// All counts cover the whole problem (summed over B and H).
+// All counts cover the whole problem (summed over B and H; for a packed
+// variable-length batch, over its sequences: chunks never cross a sequence
+// boundary, so the recompute prefix and the chunk count are per sequence).
 FlopCounts count_flops(const Problem& p);
 
 // FLOPs a variant performs (fused and materialized: ideal; recompute: its
-// redundant prefix rebuild + readout + intra).
+// redundant prefix rebuild + readout + intra; recurrent: 4 T DK DV per head).
 double variant_flops(const Problem& p, Variant v);
 
 struct ByteCounts {
@@ -41,7 +46,8 @@ struct ByteCounts {
 };
 
 // Minimum bytes moved: inputs read once, outputs written once. snapshot_dtype
-// may be null when snapshots are not stored.
+// may be null when snapshots are not stored. States count once per sequence
+// and h once per chunk of each sequence (varlen: total_chunks).
 ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
                        bool has_initial_state);
 

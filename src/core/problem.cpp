@@ -8,6 +8,15 @@
 
 namespace linattn {
 
+std::int64_t Problem::first_chunk(std::int64_t n) const {
+  std::int64_t c = 0;
+  if (varlen())
+    for (std::int64_t m = 0; m < n; ++m) c += sequence_chunks(m);
+  return c;
+}
+
+std::int64_t Problem::total_chunks() const { return varlen() ? first_chunk(num_sequences()) : num_chunks(); }
+
 bool is_supported_chunk(std::int64_t chunk) {
   return chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128;
 }
@@ -23,6 +32,26 @@ void validate_shapes(const Problem& p) {
   positive(p.DV, "value dimension DV");
   positive(p.chunk, "chunk size");
   if (!std::isfinite(p.scale)) throw std::invalid_argument("scale must be finite");
+  validate_sequences(p);
+}
+
+void validate_sequences(const Problem& p) {
+  if (!p.varlen()) return;
+  const auto& cu = p.cu_seqlens;
+  if (cu.size() < 2)
+    throw std::invalid_argument("cu_seqlens must hold N + 1 >= 2 entries (at least one sequence), got " +
+                                std::to_string(cu.size()));
+  if (p.B != 1)
+    throw std::invalid_argument("cu_seqlens needs B = 1 (sequences packed along T), got B = " + std::to_string(p.B));
+  if (cu.front() != 0) throw std::invalid_argument("cu_seqlens must start at 0, got " + std::to_string(cu.front()));
+  for (std::size_t i = 1; i < cu.size(); ++i)
+    if (cu[i] <= cu[i - 1])
+      throw std::invalid_argument("cu_seqlens is not increasing: entry " + std::to_string(i) + " = " +
+                                  std::to_string(cu[i]) + " after " + std::to_string(cu[i - 1]) +
+                                  " (every sequence needs at least one token)");
+  if (cu.back() != p.T)
+    throw std::invalid_argument("cu_seqlens ends at " + std::to_string(cu.back()) + ", but T = " + std::to_string(p.T) +
+                                " (the last entry must be T)");
 }
 
 void validate(const Problem& p) {
@@ -33,7 +62,8 @@ void validate(const Problem& p) {
 
 Problem problem_from_shapes(const std::vector<std::int64_t>& q, const std::vector<std::int64_t>& k,
                             const std::vector<std::int64_t>& v, std::int64_t chunk, double scale,
-                            const std::vector<std::int64_t>* initial_state) {
+                            const std::vector<std::int64_t>* initial_state,
+                            const std::vector<std::int64_t>& cu_seqlens) {
   auto rank4 = [](const std::vector<std::int64_t>& s, const char* name) {
     if (s.size() != 4)
       throw std::invalid_argument(std::string(name) + " must have rank 4 [B, T, H, D], got shape " + shape_string(s));
@@ -58,6 +88,7 @@ Problem problem_from_shapes(const std::vector<std::int64_t>& q, const std::vecto
   p.DV = v[3];
   p.chunk = chunk;
   p.scale = scale;
+  p.cu_seqlens = cu_seqlens;
   validate(p);
   if (initial_state && *initial_state != p.state_shape())
     throw std::invalid_argument("initial_state must have shape " + shape_string(p.state_shape()) + ", got " +

@@ -56,31 +56,32 @@ void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, con
 
 template <class In, class Out>
 ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor* s0) {
+                                 const Tensor& v, const Tensor* s0, const Tensor* z0) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
   if (c.gemm == GemmPath::tensor_core) {  // explicit request: refuse loudly rather than fall back
     const std::string why = c.snapshots == SnapshotMode::bf16 ? tensor_core_unavailable<In, Out, bf16_t>(p, c)
                                                               : tensor_core_unavailable<In, Out, Acc>(p, c);
     if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
+    if (p.varlen()) throw std::invalid_argument("--gemm tensorcore is not available: packed sequences (cu_seqlens)");
   }
   if (c.gemm == GemmPath::host_tile && !host_execution)
     throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
-  if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, od, sd);
-  return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, od, sd);
+  if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, z0, od, sd);
+  return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, z0, od, sd);
 }
 
 template <class In>
 ForwardOutput with_output_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
-                               const Tensor& v, const Tensor* s0) {
-  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, q, k, v, s0);
-  return with_snapshot_type<In, In>(p, c, q, k, v, s0);
+                               const Tensor& v, const Tensor* s0, const Tensor* z0) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, q, k, v, s0, z0);
+  return with_snapshot_type<In, In>(p, c, q, k, v, s0, z0);
 }
 
 }  // namespace
 
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor* initial_state) {
+                          const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
   validate(p);
   check_shape(q, p.qk_shape(), "q");
   check_shape(k, p.qk_shape(), "k");
@@ -89,14 +90,19 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
     throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
                                 dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
   if (initial_state) check_shape(*initial_state, p.state_shape(), "initial_state");
+  if (initial_z) {
+    if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
+    check_shape(*initial_z, p.z_shape(), "z_state (initial)");
+  }
   if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
-  if (p.B * p.H * p.num_chunks() > std::numeric_limits<int>::max() / 2)
-    throw std::invalid_argument("problem too large for one launch (B * H * NT exceeds the league size limit)");
+  const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
+  if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
+    throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");
   switch (q.dtype) {
-    case DType::f16: return with_output_type<fp16_t>(p, config, q, k, v, initial_state);
-    case DType::bf16: return with_output_type<bf16_t>(p, config, q, k, v, initial_state);
-    case DType::f32: return with_output_type<float>(p, config, q, k, v, initial_state);
-    case DType::f64: return with_output_type<double>(p, config, q, k, v, initial_state);
+    case DType::f16: return with_output_type<fp16_t>(p, config, q, k, v, initial_state, initial_z);
+    case DType::bf16: return with_output_type<bf16_t>(p, config, q, k, v, initial_state, initial_z);
+    case DType::f32: return with_output_type<float>(p, config, q, k, v, initial_state, initial_z);
+    case DType::f64: return with_output_type<double>(p, config, q, k, v, initial_state, initial_z);
   }
   throw std::invalid_argument("unsupported dtype");
 }

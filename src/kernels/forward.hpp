@@ -38,10 +38,12 @@ struct ForwardConfig {
   std::int64_t block_dv = 0;  // DV block width; 0 chooses from the scratch limit
   int team_size = 0;          // 0: Kokkos::AUTO
   bool poison_outputs = false;  // fill device outputs with NaN first, so that an unwritten element shows
+  bool normalize = false;       // fla's normalize=True: o / (scale q . (z0 + cumsum k) + 1e-10), z_state returned
 };
 
 struct ForwardOutput {
   Tensor o, h, final_state;  // h is empty for SnapshotMode::none
+  Tensor z_state;            // [N, H, DK] in the accumulation type; empty unless normalize
   double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
   std::int64_t block_dv = 0;  // what the scratch plan (or the tensor-core launcher) chose
   int scratch_level = 0;
@@ -51,9 +53,11 @@ struct ForwardOutput {
 DType output_dtype(DType input, const ForwardConfig& config);
 DType snapshot_dtype(DType input, SnapshotMode mode);  // meaningless for none
 
-// Validates everything (shapes, dtypes, problem) and throws
+// Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.
+// initial_state is [N, H, DK, DV] and initial_z [N, H, DK] (N = B for a plain
+// batch, the number of sequences for a packed one); initial_z needs normalize.
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor* initial_state = nullptr);
+                          const Tensor& v, const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr);
 
 }  // namespace linattn

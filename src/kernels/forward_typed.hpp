@@ -3,6 +3,7 @@
 
 #include "core/half_types.hpp"
 #include "kernels/forward.hpp"
+#include "kernels/normalize_output.hpp"
 #include "kernels/run_variant.hpp"
 
 #include <limits>
@@ -24,6 +25,8 @@ inline bf16_t quiet_nan<bf16_t>() { return bf16_t{0x7fc0}; }
 template <class T>
 using HostView4 = Kokkos::View<T****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 template <class T>
+using HostView3 = Kokkos::View<T***, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+template <class T>
 using HostView5 = Kokkos::View<T*****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
@@ -35,6 +38,25 @@ DeviceView4<T> upload4(const char* label, const Tensor& t) {
   return d;
 }
 
+template <class T>
+DeviceView3<T> upload3(const char* label, const Tensor& t) {
+  DeviceView3<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
+                   t.shape[2]);
+  HostView3<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2]);
+  Kokkos::deep_copy(d, hv);
+  return d;
+}
+
+// t converted to dtype (a copy only when it differs).
+inline Tensor converted(const Tensor& t, DType dtype) {
+  return t.dtype == dtype ? t : Tensor::from_double(dtype, t.shape, t.to_double());
+}
+
+template <class T>
+void download(Tensor& t, const DeviceView3<T>& d) {
+  HostView3<T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2]);
+  Kokkos::deep_copy(hv, d);
+}
 template <class T>
 void download(Tensor& t, const DeviceView4<T>& d) {
   HostView4<T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
@@ -48,7 +70,8 @@ void download(Tensor& t, const DeviceView5<T>& d) {
 
 template <class In, class Out, class Snap>
 ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
-                                const Tensor& v, const Tensor* initial_state, DType out_dtype, DType snap_dtype) {
+                                const Tensor& v, const Tensor* initial_state, const Tensor* initial_z,
+                                DType out_dtype, DType snap_dtype) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType acc_dtype = accumulation_dtype(q.dtype);
   ForwardOutput out;
@@ -58,23 +81,36 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   views.q = upload4<In>("linattn::q", q);
   views.k = upload4<In>("linattn::k", k);
   views.v = upload4<In>("linattn::v", v);
-  if (initial_state) {
-    Tensor s0 = initial_state->dtype == acc_dtype
-                    ? *initial_state
-                    : Tensor::from_double(acc_dtype, initial_state->shape, initial_state->to_double());
-    views.initial_state = upload4<Acc>("linattn::initial_state", s0);
-  }
+  if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
+  DeviceView3<Acc> z0, z_state;
+  if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
+  const auto N = p.num_sequences();
   DeviceView4<Out> o(Kokkos::view_alloc(std::string("linattn::o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
-  DeviceView4<Acc> fs(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing), p.B, p.H,
+  DeviceView4<Acc> fs(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing), N, p.H,
                       p.DK, p.DV);
   DeviceView5<Snap> h;
+  const std::vector<std::int64_t> hs = p.h_shape();
   if (config.snapshots != SnapshotMode::none)
-    h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("linattn::h"), Kokkos::WithoutInitializing), p.B,
-                          p.num_chunks(), p.H, p.DK, p.DV);
+    h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("linattn::h"), Kokkos::WithoutInitializing), hs[0], hs[1],
+                          hs[2], hs[3], hs[4]);
+  // Normalization divides o after the variant ran, so the variant writes o in
+  // the accumulation type (a separate buffer unless Out is that type).
+  DeviceView4<Acc> o_raw;
+  if (config.normalize) {
+    if constexpr (std::is_same<Out, Acc>::value) o_raw = o;
+    else o_raw = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::o_unnormalized"), Kokkos::WithoutInitializing),
+                                  p.B, p.T, p.H, p.DV);
+    z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::z_state"), Kokkos::WithoutInitializing), N,
+                               p.H, p.DK);
+  }
   if (config.poison_outputs) {
     Kokkos::deep_copy(o, quiet_nan<Out>());
     Kokkos::deep_copy(fs, quiet_nan<Acc>());
     if (h.extent(0) > 0) Kokkos::deep_copy(h, quiet_nan<Snap>());
+    if (config.normalize) {
+      Kokkos::deep_copy(o_raw, quiet_nan<Acc>());
+      Kokkos::deep_copy(z_state, quiet_nan<Acc>());
+    }
   }
   views.o = o;
   views.final_state = fs;
@@ -83,7 +119,21 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   out.upload_seconds = timer.seconds();
 
   timer.reset();
-  const VariantRun run = run_variant(p, config, views);
+  VariantRun run;
+  if (config.normalize) {
+    ForwardViews<In, Acc, Snap, Acc> raw;
+    raw.q = views.q;
+    raw.k = views.k;
+    raw.v = views.v;
+    raw.initial_state = views.initial_state;
+    raw.o = o_raw;
+    raw.h = h;
+    raw.final_state = fs;
+    run = run_variant(p, config, raw);
+    run_normalize<In, Acc, Out>(p, make_sequence_map(p), views.q, views.k, o_raw, o, z0, z_state);
+  } else {
+    run = run_variant(p, config, views);
+  }
   Kokkos::fence();
   out.kernel_seconds = timer.seconds();
   out.block_dv = run.plan.block_dv;
@@ -98,6 +148,10 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   if (h.extent(0) > 0) {
     out.h = Tensor(snap_dtype, p.h_shape());
     download(out.h, h);
+  }
+  if (config.normalize) {
+    out.z_state = Tensor(acc_dtype, p.z_shape());
+    download(out.z_state, z_state);
   }
   out.download_seconds = timer.seconds();
   return out;

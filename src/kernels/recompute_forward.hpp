@@ -1,12 +1,15 @@
 // The `recompute` variant (seed 000 section 4): league over (chunk, DV block,
 // batch*head); every team rebuilds the prefix state of its chunk from scratch,
 // (NT - 1) / 2 redundant K^T V per chunk on average. Kept to show the O(T^2)
-// cost of putting the sequence axis into the league.
+// cost of putting the sequence axis into the league. The chunk axis of the
+// league is the global chunk index over all sequences (SequenceMap), so a
+// packed variable-length batch rebuilds prefixes within each sequence only.
 #pragma once
 
 #include "core/problem.hpp"
 #include "kernels/forward_views.hpp"
 #include "kernels/scratch_plan.hpp"
+#include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
 #include "kernels/tile_ops.hpp"
 
@@ -16,7 +19,8 @@ template <class Views>
 struct RecomputeForward {
   using Acc = typename Views::acc_type;
   Views views;
-  int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
+  SequenceMap seqs;
+  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   TileGemm gemm;
 
@@ -25,29 +29,32 @@ struct RecomputeForward {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int c = m.league_rank() % NT;
-    const int rest = m.league_rank() / NT;
-    const int bv = rest % num_blocks, bh = rest / num_blocks;
-    const int b = bh / H, h = bh % H;
+    const int g = m.league_rank() % seqs.total_chunks;
+    const int rest = m.league_rank() / seqs.total_chunks;
+    const int bv = rest % num_blocks, h = rest / num_blocks;
+    int n = 0, c = 0;
+    seqs.locate_chunk(g, n, c);
+    const Sequence seq = seqs.sequence(n);
+    const int b = seq.b;
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
 
-    // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk is full).
-    load_state(m, S, views.initial_state, b, h, d0);
+    // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk of the sequence is full).
+    load_state(m, S, views.initial_state, n, h, d0);
     for (int cp = 0; cp < c; ++cp) {
       m.team_barrier();
-      load_token_tile(m, K, views.k, b, cp * C, C, h, 0, DK);
-      load_token_tile(m, V, views.v, b, cp * C, C, h, d0, W);
+      load_token_tile(m, K, views.k, b, seq.t0 + cp * C, C, h, 0, DK);
+      load_token_tile(m, V, views.v, b, seq.t0 + cp * C, C, h, d0, W);
       m.team_barrier();
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
     }
     m.team_barrier();
-    const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
-    if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, b, c, h, d0);
+    if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);
     m.team_barrier();
     // (2) + (3): O = scale (Q S + tril(Q K^T) V).
     team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
@@ -56,25 +63,24 @@ struct RecomputeForward {
     m.team_barrier();
     team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
-    if (c == NT - 1) {  // the last chunk's team owns the final state
+    if (c == seq.num_chunks - 1) {  // the last chunk's team owns the final state
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
-      store_state(m, views.final_state, S, b, h, d0);
+      store_state(m, views.final_state, S, n, h, d0);
     }
   }
 };
 
 template <class Views>
-ScratchPlan run_recompute(const Problem& p, const Views& views, std::int64_t block_dv, int team_size,
-                          TileGemm gemm) {
+ScratchPlan run_recompute(const Problem& p, const Views& views, const SequenceMap& seqs, std::int64_t block_dv,
+                          int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::recompute");
   using Kernel = RecomputeForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
   const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  Kernel kernel{views,
-                static_cast<int>(p.T), static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
-                static_cast<int>(p.chunk), static_cast<int>(p.num_chunks()), static_cast<int>(plan.block_dv),
-                num_blocks, plan.level, static_cast<typename Kernel::Acc>(p.scale), gemm};
-  const int league = static_cast<int>(p.num_chunks() * num_blocks * p.B * p.H);
+  Kernel kernel{views, seqs, static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
+                static_cast<int>(p.chunk), static_cast<int>(plan.block_dv), num_blocks, plan.level,
+                static_cast<typename Kernel::Acc>(p.scale), gemm};
+  const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::recompute_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
   return plan;

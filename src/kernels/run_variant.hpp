@@ -2,13 +2,17 @@
 // tensor-core kernel where it applies (and is not turned off), the TeamPolicy
 // kernels otherwise, with the host tile GEMM on host execution spaces unless
 // the portable KokkosBatched path is asked for. Shared by run_forward and the
-// benchmark.
+// benchmark. The tensor-core kernel takes plain batches of the fused variant
+// only: a packed variable-length batch (or the recurrent variant) always runs
+// the TeamPolicy kernels.
 #pragma once
 
 #include "kernels/forward.hpp"
 #include "kernels/fused_forward.hpp"
 #include "kernels/materialized_forward.hpp"
 #include "kernels/recompute_forward.hpp"
+#include "kernels/recurrent_forward.hpp"
+#include "kernels/sequence_map.hpp"
 #include "kernels/tensor_core_dispatch.hpp"
 
 namespace linattn {
@@ -24,7 +28,8 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
   using Out = typename Views::output_type;
   using Snap = typename Views::snapshot_type;
   VariantRun run;
-  const bool tensor_cores_allowed = config.gemm == GemmPath::automatic || config.gemm == GemmPath::tensor_core;
+  const bool tensor_cores_allowed = (config.gemm == GemmPath::automatic || config.gemm == GemmPath::tensor_core) &&
+                                    !p.varlen() && config.variant != Variant::recurrent;
   if (tensor_cores_allowed && tensor_core_unavailable<In, Out, Snap>(p, config).empty()) {
     run.plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
     run.gemm = GemmPath::tensor_core;
@@ -35,10 +40,17 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
   const bool host_tiles = host_execution && config.gemm != GemmPath::kokkos_kernels;
   const TileGemm tiles = host_tiles ? TileGemm::host : TileGemm::portable;
   run.gemm = host_tiles ? GemmPath::host_tile : GemmPath::kokkos_kernels;
+  const SequenceMap seqs = make_sequence_map(p);
   switch (config.variant) {
-    case Variant::fused: run.plan = run_fused(p, views, config.block_dv, config.team_size, tiles); break;
-    case Variant::recompute: run.plan = run_recompute(p, views, config.block_dv, config.team_size, tiles); break;
-    case Variant::materialized: run.plan = run_materialized(p, views, config.block_dv, config.team_size, tiles); break;
+    case Variant::fused: run.plan = run_fused(p, views, seqs, config.block_dv, config.team_size, tiles); break;
+    case Variant::recompute: run.plan = run_recompute(p, views, seqs, config.block_dv, config.team_size, tiles); break;
+    case Variant::materialized:
+      if (p.varlen()) throw std::invalid_argument("the materialized variant does not take cu_seqlens yet");
+      run.plan = run_materialized(p, views, config.block_dv, config.team_size, tiles);
+      break;
+    case Variant::recurrent:
+      run.plan = run_recurrent(p, views, seqs, config.block_dv, config.team_size);  // no tile products
+      break;
   }
   return run;
 }

@@ -1,0 +1,83 @@
+// The sequences of a run as the kernels see them: a plain batch is B
+// sequences of T tokens (sequence n = batch row n, h indexed (n, c)); a packed
+// variable-length batch is N sequences of the one row (h indexed (0,
+// first_chunk(n) + c)). Every kernel iterates over sequences through this map,
+// so that one code path serves both. Device-safe: the offsets live in Views of
+// the execution space's memory.
+#pragma once
+
+#include "core/problem.hpp"
+#include "kernels/execution.hpp"
+
+#include <string>
+
+namespace linattn {
+
+// One sequence: where its tokens are and where its snapshots go.
+struct Sequence {
+  int b;            // batch row of q, k, v, o
+  int t0;           // first token in that row
+  int length;       // tokens
+  int h_b;          // h's batch index
+  int h_c0;         // h's chunk index of its first chunk
+  int num_chunks;   // ceil(length / C)
+};
+
+struct SequenceMap {
+  Kokkos::View<const std::int64_t*, MemSpace> cu_seqlens;   // [N + 1]; empty for a plain batch
+  Kokkos::View<const std::int64_t*, MemSpace> chunk_starts; // [N + 1]: first_chunk(n), then total_chunks
+  int T = 0, C = 0, NT = 0;      // NT: chunks per row of a plain batch
+  int num_sequences = 0;
+  int total_chunks = 0;          // chunks over all sequences (a plain batch: B * NT)
+
+  KOKKOS_INLINE_FUNCTION Sequence sequence(int n) const {
+    if (cu_seqlens.extent(0) == 0) return {n, 0, T, n, 0, NT};
+    const int t0 = static_cast<int>(cu_seqlens(n)), len = static_cast<int>(cu_seqlens(n + 1)) - t0;
+    return {0, t0, len, 0, static_cast<int>(chunk_starts(n)), (len + C - 1) / C};
+  }
+
+  // The sequence holding global chunk g (0 <= g < total_chunks), and the chunk's index in it.
+  KOKKOS_INLINE_FUNCTION void locate_chunk(int g, int& n, int& c) const {
+    if (cu_seqlens.extent(0) == 0) {
+      n = g / NT;
+      c = g - n * NT;
+      return;
+    }
+    int lo = 0, hi = num_sequences;  // chunk_starts(lo) <= g < chunk_starts(hi)
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      if (chunk_starts(mid) <= g) lo = mid;
+      else hi = mid;
+    }
+    n = lo;
+    c = g - static_cast<int>(chunk_starts(lo));
+  }
+};
+
+// Uploads p's sequence offsets (nothing for a plain batch).
+inline SequenceMap make_sequence_map(const Problem& p) {
+  SequenceMap map;
+  map.T = static_cast<int>(p.T);
+  map.C = static_cast<int>(p.chunk);
+  map.NT = static_cast<int>(p.num_chunks());
+  map.num_sequences = static_cast<int>(p.num_sequences());
+  map.total_chunks = static_cast<int>(p.varlen() ? p.total_chunks() : p.B * p.num_chunks());
+  if (p.varlen()) {
+    const std::int64_t N = p.num_sequences();
+    Kokkos::View<std::int64_t*, MemSpace> cu(Kokkos::view_alloc(std::string("linattn::cu_seqlens"), Kokkos::WithoutInitializing), N + 1);
+    Kokkos::View<std::int64_t*, MemSpace> starts(Kokkos::view_alloc(std::string("linattn::chunk_starts"), Kokkos::WithoutInitializing), N + 1);
+    auto cu_host = Kokkos::create_mirror_view(cu);
+    auto starts_host = Kokkos::create_mirror_view(starts);
+    for (std::int64_t n = 0; n <= N; ++n) {
+      cu_host(n) = p.cu_seqlens[n];
+      starts_host(n) = p.first_chunk(n);
+    }
+    Kokkos::deep_copy(cu, cu_host);
+    Kokkos::deep_copy(starts, starts_host);
+    map.cu_seqlens = cu;
+    map.chunk_starts = starts;
+  }
+  return map;
+}
+
+}  // namespace linattn
