@@ -240,6 +240,74 @@ TEST_F(BadInput, MixedDtypes) {
   expect_rejected(bad, "case0", bad + ": dataset 'case0/k': ", "dtype fp64 differs from q's fp32");
 }
 
+// q, k, v [1, 40, 2, 8|12] and cu_seqlens with the given entries and HDF5 type.
+void packed_case(hid_t f, const std::vector<double>& cu, hid_t type = H5T_STD_I64LE, CaseShapes s = {}) {
+  raw_case(f, "case0", s);
+  raw_dataset(f, "case0/cu_seqlens", type, {cu.size()}, [&](std::size_t i) { return cu[i]; });
+}
+
+TEST_F(BadInput, BadCuSeqlens) {
+  const std::string dataset = ": dataset 'case0/cu_seqlens': ";
+  const struct {
+    const char* name;
+    std::vector<double> cu;
+    const char* problem;
+  } cases[] = {
+      {"decreasing", {0, 30, 20, 40}, "cu_seqlens is not increasing: entry 2 = 20 after 30"},
+      {"repeated", {0, 20, 20, 40}, "cu_seqlens is not increasing"},
+      {"short", {0, 20, 39}, "cu_seqlens ends at 39, but T = 40 (the last entry must be T)"},
+      {"long", {0, 41}, "the last entry must be T"},
+      {"offset", {2, 40}, "cu_seqlens must start at 0"},
+      {"single", {0}, "at least one sequence"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string bad = dir / (std::string("cu_") + c.name + ".h5");
+    make_file(bad, [&](hid_t f) { packed_case(f, c.cu); });
+    expect_rejected(bad, "case0", bad + dataset, c.problem);
+  }
+  const std::string batch = dir / "cu_batch.h5";
+  CaseShapes two;
+  two.q = two.k = {2, 40, 2, 8};
+  two.v = {2, 40, 2, 12};
+  make_file(batch, [&](hid_t f) { packed_case(f, {0, 40}, H5T_STD_I64LE, two); });
+  expect_rejected(batch, "case0", batch + dataset, "cu_seqlens needs B = 1");
+  const std::string floats = dir / "cu_float.h5";
+  make_file(floats, [&](hid_t f) { packed_case(f, {0, 10, 40}, H5T_IEEE_F32LE); });
+  expect_rejected(floats, "case0", floats + dataset, "is not an integer dataset");
+}
+
+TEST_F(BadInput, PackedStatesNeedOnePerSequence) {
+  const std::string bad = dir / "packed_state.h5";
+  make_file(bad, [&](hid_t f) {
+    packed_case(f, {0, 10, 40});
+    raw_dataset(f, "case0/initial_state", H5T_IEEE_F32LE, {1, 2, 8, 12}, nonzero);  // [B, ...], not [N, ...]
+  });
+  expect_rejected(bad, "case0", bad + ": dataset 'case0/initial_state': ",
+                  "shape [1, 2, 8, 12], expected [N (sequences), H, DK, DV] = [2, 2, 8, 12]");
+  const std::string z = dir / "packed_z.h5";
+  make_file(z, [&](hid_t f) {
+    packed_case(f, {0, 10, 40});
+    raw_dataset(f, "case0/z_state", H5T_IEEE_F32LE, {2, 2, 12}, nonzero);  // DV where DK belongs
+  });
+  RunOptions normalized;
+  normalized.forward.normalize = true;
+  expect_rejected(z, "case0", z + ": dataset 'case0/z_state': ",
+                  "shape [2, 2, 12], expected [N (sequences), H, DK] = [2, 2, 8]", normalized);
+  const std::string nan_z = dir / "nan_z.h5";
+  make_file(nan_z, [&](hid_t f) {
+    raw_case(f, "case0", CaseShapes{});
+    raw_dataset(f, "case0/z_state", H5T_IEEE_F32LE, {1, 2, 8}, [](std::size_t i) { return i == 5 ? std::nan("") : 1.0; });
+  });
+  expect_rejected(nan_z, "case0", nan_z + ": dataset 'case0/z_state': ", "non-finite", normalized);
+  const std::string unused_z = dir / "unused_z.h5";
+  make_file(unused_z, [&](hid_t f) {
+    raw_case(f, "case0", CaseShapes{});
+    raw_dataset(f, "case0/z_state", H5T_IEEE_F32LE, {1, 2, 8}, nonzero);
+  });
+  expect_rejected(unused_z, "case0", unused_z + ": dataset 'case0/z_state': ", "pass --normalize");
+}
+
 TEST_F(BadInput, OutputExistsUnlessForced) {
   const std::string other = dir / "other.h5";
   make_file(other, [](hid_t f) { raw_case(f, "case0", CaseShapes{}); });

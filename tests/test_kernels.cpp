@@ -1,4 +1,4 @@
-// Each Kokkos forward variant matches the fp64 reference on o, h and
+// Each Kokkos forward variant (the recurrent one included) matches the fp64 reference on o, h and
 // final_state for fp64, fp32, fp16 and bf16 inputs, with outputs poisoned (NaN)
 // before the kernels run, on ragged chunks, DK != DV, B and H > 1, C in
 // {16, 32, 64}, with and without an initial state; through both tile GEMM
@@ -85,7 +85,7 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllVariantsAllDtypes, KernelMatchesReference,
-    ::testing::Combine(::testing::Values(Variant::fused, Variant::materialized, Variant::recompute),
+    ::testing::Combine(::testing::Values(Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent),
                        ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
                        ::testing::Values(GemmPath::automatic, GemmPath::kokkos_kernels)),
     [](const ::testing::TestParamInfo<KernelMatchesReference::ParamType>& info) {
@@ -99,7 +99,7 @@ TEST(Kernels, SnapshotsCanBeSkipped) {
   const auto in = random_inputs(p, DType::f32, 5, false);
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();
   const auto ref = reference::chunked(p, {q, k, v, nullptr});
-  for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute}) {
+  for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent}) {
     ForwardConfig cfg;
     cfg.variant = variant;
     cfg.snapshots = SnapshotMode::none;
@@ -118,7 +118,7 @@ TEST(Kernels, VariantsAgreeWithEachOtherInFp64) {
   ForwardConfig cfg;
   cfg.poison_outputs = true;
   const ForwardOutput fused = run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state);
-  for (Variant variant : {Variant::materialized, Variant::recompute}) {
+  for (Variant variant : {Variant::materialized, Variant::recompute, Variant::recurrent}) {  // recurrent == chunked
     cfg.variant = variant;
     const ForwardOutput other = run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state);
     EXPECT_LE(relative_l2(other.o.to_double(), fused.o.to_double()), 1e-13) << variant_name(variant);

@@ -90,5 +90,54 @@ TEST(Validation, DisagreeingShapesAreRejected) {
   expect_rejected([&] { run_forward(p, ForwardConfig{}, in.q, in.k, in.v, &state); }, "initial_state");
 }
 
+TEST(Validation, BadCuSeqlensAreRejected) {
+  Problem p;
+  p.B = 1; p.T = 40; p.H = 2; p.DK = 8; p.DV = 12; p.chunk = 16;
+  const auto in = random_inputs(p, DType::f32, 2, false);
+  for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent}) {
+    ForwardConfig cfg;
+    cfg.variant = variant;
+    auto with = [&](std::vector<std::int64_t> cu, const std::string& needle) {
+      Problem bad = p;
+      bad.cu_seqlens = std::move(cu);
+      expect_rejected([&] { run_forward(bad, cfg, in.q, in.k, in.v); }, needle);
+    };
+    with({0, 20, 10, 40}, "not increasing");
+    with({0, 20, 20, 40}, "not increasing");  // an empty sequence
+    with({0, 20, 39}, "last entry must be T");
+    with({0, 20, 41}, "last entry must be T");
+    with({5, 20, 40}, "start at 0");
+    with({0}, "at least one sequence");
+  }
+  // B != 1: q, k, v [2, 20, H, D] with cu_seqlens.
+  Problem two = p;
+  two.B = 2;
+  two.T = 20;
+  const auto in2 = random_inputs(two, DType::f32, 3, false);
+  two.cu_seqlens = {0, 20};
+  expect_rejected([&] { run_forward(two, ForwardConfig{}, in2.q, in2.k, in2.v); }, "B = 1");
+  expect_rejected([&] { problem_from_shapes({2, 20, 2, 8}, {2, 20, 2, 8}, {2, 20, 2, 12}, 16, 1.0, nullptr, {0, 20}); },
+                  "B = 1");
+  // The initial state of a packed batch has one state per sequence.
+  Problem packed = p;
+  packed.cu_seqlens = {0, 10, 40};
+  const Tensor per_batch(DType::f32, {1, 2, 8, 12});
+  expect_rejected([&] { run_forward(packed, ForwardConfig{}, in.q, in.k, in.v, &per_batch); }, "initial_state");
+  const std::vector<std::int64_t> per_batch_shape{1, 2, 8, 12};
+  expect_rejected(
+      [&] { problem_from_shapes({1, 40, 2, 8}, {1, 40, 2, 8}, {1, 40, 2, 12}, 16, 1.0, &per_batch_shape, {0, 10, 40}); },
+      "initial_state");
+}
+
+TEST(Validation, InitialZNeedsNormalizeAndItsShape) {
+  const Problem p = small_problem();
+  const auto in = random_inputs(p, DType::f32, 4, false, true, true);
+  expect_rejected([&] { run_forward(p, ForwardConfig{}, in.q, in.k, in.v, nullptr, &in.initial_z); }, "normalize");
+  ForwardConfig cfg;
+  cfg.normalize = true;
+  const Tensor wrong(DType::f32, {1, 2, 12});
+  expect_rejected([&] { run_forward(p, cfg, in.q, in.k, in.v, nullptr, &wrong); }, "z_state");
+}
+
 }  // namespace
 }  // namespace linattn

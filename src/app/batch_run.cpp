@@ -65,9 +65,13 @@ OutputData make_output(ForwardOutput&& fo, const RunOptions& opt, const CaseResu
   rec.min_bytes = r.min_bytes;
   rec.input_file = r.input;
   rec.input_group = r.group.empty() ? "/" : r.group;
+  rec.normalize = opt.forward.normalize;
+  rec.num_sequences = p.num_sequences();
   out.o = std::move(fo.o);
   out.h = std::move(fo.h);
   out.final_state = std::move(fo.final_state);
+  out.z_state = std::move(fo.z_state);
+  out.cu_seqlens = p.cu_seqlens;
   return out;
 }
 
@@ -82,18 +86,22 @@ void run_case(const RunOptions& opt, std::set<std::string>& outputs, CaseResult&
   if (!opt.force && fs::exists(r.output)) throw FileError(r.output, "output exists (pass --force to overwrite)");
 
   const CaseData data = read_case(r.input, r.group, ReadOptions{opt.allow_nonfinite});
-  const bool has_s0 = !data.initial_state.empty();
+  const bool has_s0 = !data.initial_state.empty(), has_z0 = !data.initial_z.empty();
+  if (has_z0 && !opt.forward.normalize)
+    throw FileError(r.input, dataset_path(r.group, "z_state"),
+                    "an initial key sum is only used by normalized runs (pass --normalize, or remove z_state)");
   Problem p;
   try {
     p = problem_from_shapes(data.q.shape, data.k.shape, data.v.shape, opt.chunk, opt.scale,
-                            has_s0 ? &data.initial_state.shape : nullptr);
+                            has_s0 ? &data.initial_state.shape : nullptr, data.cu_seqlens);
   } catch (const std::invalid_argument& e) {
     throw FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + e.what());
   }
   r.problem = p;
   r.dtype = data.q.dtype;
 
-  ForwardOutput fo = run_forward(p, opt.forward, data.q, data.k, data.v, has_s0 ? &data.initial_state : nullptr);
+  ForwardOutput fo = run_forward(p, opt.forward, data.q, data.k, data.v, has_s0 ? &data.initial_state : nullptr,
+                                 has_z0 ? &data.initial_z : nullptr);
   const DType snap = snapshot_dtype(r.dtype, opt.forward.snapshots);
   r.min_bytes = count_bytes(p, r.dtype, fo.o.dtype, opt.forward.snapshots == SnapshotMode::none ? nullptr : &snap,
                             has_s0)

@@ -56,9 +56,9 @@ Command add_bench_command(CLI::App& parent) {
       "the fp64 reference on the (b=0, h=0) slice.");
   cmd->add_option("--shape", o->shapes, "B,T,H,D or B,T,H,DK,DV (repeat for several shapes)")->required();
   cmd->add_option("--dtype", o->dtype, "Input dtype: fp16, bf16, fp32, fp64")->capture_default_str();
-  cmd->add_option("--variants", o->variants, "Variants to time, comma-separated")
+  cmd->add_option("--variants", o->variants, "Variants to time, comma-separated (recurrent: token by token)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"fused", "materialized", "recompute"}))
+      ->check(CLI::IsMember({"fused", "materialized", "recompute", "recurrent"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length: 16, 32, 64 or 128")->capture_default_str();
   cmd->add_option("--gemm", o->gemm, "Tile products: auto, kokkoskernels or tensorcore")

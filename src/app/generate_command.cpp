@@ -38,6 +38,27 @@ Problem parse_shape(const std::string& text) {
   return p;
 }
 
+// "1,63,64,65,300" -> the sequence lengths; throws std::invalid_argument.
+std::vector<std::int64_t> parse_lengths(const std::string& text) {
+  std::vector<std::int64_t> lengths;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::size_t used = 0;
+    long long n = 0;
+    try {
+      n = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || n <= 0)
+      throw std::invalid_argument("'" + text + "' is not a list of positive sequence lengths");
+    lengths.push_back(n);
+  }
+  if (lengths.empty()) throw std::invalid_argument("'" + text + "' names no sequence");
+  return lengths;
+}
+
 }  // namespace
 
 Command add_generate_command(CLI::App& parent) {
@@ -46,12 +67,14 @@ Command add_generate_command(CLI::App& parent) {
     std::vector<std::string> shapes, dtypes = {"bf16"};
     std::uint64_t seed = 0;
     std::size_t cases = 0;
-    bool initial_state = false, compress = false, force = false;
+    std::string seqlens;
+    bool initial_state = false, initial_z = false, positive = false, compress = false, force = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
       "generate",
-      "Write random inputs (uniform in [-1, 1], never zero, rounded to the dtype) in groups case0..caseK-1. "
+      "Write random inputs (uniform in [-1, 1], or (0, 1) with --positive; never zero, rounded to the dtype) in "
+      "groups case0..caseK-1. "
       "--shape and --dtype may be repeated: case i takes the (i mod count)-th of each.");
   cmd->add_option("-o,--output", o->output, "Output HDF5 file")->required();
   cmd->add_option("--shape", o->shapes, "B,T,H,DK,DV (repeatable)")
@@ -72,7 +95,26 @@ Command add_generate_command(CLI::App& parent) {
   cmd->add_option("--seed", o->seed, "Random seed (each case derives its own)")->capture_default_str();
   cmd->add_option("--cases", o->cases, "Number of cases (default: the larger count of --shape and --dtype)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--initial-state", o->initial_state, "Also write initial_state [B, H, DK, DV] (fp32; fp64 for fp64)");
+  cmd->add_option("--seqlens", o->seqlens,
+                  "Packed variable-length sequences, e.g. 1,63,64,65,300: writes cu_seqlens (int64 [N + 1]) and "
+                  "makes every case B = 1, T = the sum (the B and T of --shape are ignored)")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              parse_lengths(s);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "N1,N2,..."));
+  cmd->add_flag("--initial-state", o->initial_state,
+                "Also write initial_state [N, H, DK, DV] (fp32; fp64 for fp64; N = B, or the sequences of --seqlens)");
+  cmd->add_flag("--initial-z", o->initial_z,
+                "Also write z_state [N, H, DK]: a positive initial key sum for normalized runs (--normalize)");
+  cmd->add_flag("--positive", o->positive,
+                "Values uniform in (0, 1) instead of [-1, 1]: positive q and k keep normalization's denominators "
+                "away from zero");
   cmd->add_flag("--compress", o->compress, "gzip the datasets");
   cmd->add_flag("--force", o->force, "Replace an existing file");
 
@@ -82,13 +124,23 @@ Command add_generate_command(CLI::App& parent) {
             const std::size_t count = o->cases ? o->cases : std::max(o->shapes.size(), o->dtypes.size());
             std::vector<NamedCase> cases;
             for (std::size_t i = 0; i < count; ++i) {
-              const Problem p = parse_shape(o->shapes[i % o->shapes.size()]);
+              Problem p = parse_shape(o->shapes[i % o->shapes.size()]);
+              if (!o->seqlens.empty()) {
+                p.B = 1;
+                p.cu_seqlens = {0};
+                for (std::int64_t n : parse_lengths(o->seqlens)) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
+                p.T = p.cu_seqlens.back();
+              }
               const DType dtype = parse_dtype(o->dtypes[i % o->dtypes.size()]);
-              ProblemInputs in = random_inputs(p, dtype, derive_seed(o->seed, i), o->initial_state);
+              ProblemInputs in =
+                  random_inputs(p, dtype, derive_seed(o->seed, i), o->initial_state, o->positive, o->initial_z);
               cases.push_back({"case" + std::to_string(i),
-                               CaseData{std::move(in.q), std::move(in.k), std::move(in.v), std::move(in.initial_state)}});
+                               CaseData{std::move(in.q), std::move(in.k), std::move(in.v), std::move(in.initial_state),
+                                        p.cu_seqlens, std::move(in.initial_z)}});
               std::cout << o->output << ":case" << i << "  " << shape_summary(p) << " " << dtype_name(dtype)
-                        << (o->initial_state ? "  with initial_state" : "") << '\n';
+                        << (p.varlen() ? "  " + std::to_string(p.num_sequences()) + " packed sequences" : "")
+                        << (o->positive ? "  positive" : "") << (o->initial_state ? "  with initial_state" : "")
+                        << (o->initial_z ? "  with z_state" : "") << '\n';
             }
             write_input_file(o->output, cases, hdf5::WriteOptions{o->compress});
             std::cout << "wrote " << o->output << " (" << count << " case" << (count > 1 ? "s" : "") << ")"

@@ -15,18 +15,22 @@ Command add_run_command(CLI::App& parent) {
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", snapshots = "fp32";
     std::int64_t chunk = 64;
     double scale = 1.0;
-    bool compress = false, force = false, allow_nonfinite = false;
+    bool compress = false, force = false, allow_nonfinite = false, normalize = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
       "run",
       "Run the forward on every q/k/v case of every input; each case writes OUTDIR/<input stem>.<group>.h5 "
-      "(o, h = state before each chunk, final_state). Exit code 1 if any case failed; the others still run.");
+      "(o, h = state before each chunk, final_state; z_state with --normalize). A case with cu_seqlens runs its "
+      "packed sequences independently. Exit code 1 if any case failed; the others still run.");
   cmd->add_option("inputs", o->inputs, "Input HDF5 files (q, k, v at the root or in groups)")->required();
   cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
   cmd->add_option("--variant", o->variant, "Forward variant")
-      ->check(CLI::IsMember({"fused", "materialized", "recompute"}))
+      ->check(CLI::IsMember({"fused", "materialized", "recompute", "recurrent"}))
       ->capture_default_str();
+  cmd->add_flag("--normalize", o->normalize,
+                "Divide o by scale * q . (z0 + cumsum(k)) + 1e-10 (fla's normalize=True); writes z_state [N, H, DK] "
+                "and reads a case's z_state dataset as z0");
   cmd->add_option("--gemm", o->gemm,
                   "Tile products: auto (tensor cores where available: CUDA, fused, fp16/bf16, chunk 64), "
                   "kokkoskernels (portable) or tensorcore")
@@ -66,6 +70,7 @@ Command add_run_command(CLI::App& parent) {
             opt.forward.gemm = parse_gemm_path(o->gemm);
             opt.forward.output_fp32 = o->out_dtype == "fp32";
             opt.forward.snapshots = parse_snapshot_mode(o->snapshots);
+            opt.forward.normalize = o->normalize;
             opt.chunk = o->chunk;
             opt.scale = o->scale;
             opt.compress = o->compress;

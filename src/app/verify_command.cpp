@@ -9,29 +9,51 @@
 #include "io/output_file.hpp"
 #include "reference/references.hpp"
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
 namespace linattn {
 namespace {
 
-// The elements of o [B, T, H, DV] (or v-shaped data) in chunk c.
+// Where global chunk c of a packed batch lies: its first token and length.
+std::pair<std::int64_t, std::int64_t> packed_chunk(const Problem& p, std::int64_t c) {
+  std::int64_t n = 0;
+  while (p.first_chunk(n + 1) <= c) ++n;
+  const std::int64_t t0 = p.sequence_start(n) + (c - p.first_chunk(n)) * p.chunk;
+  return {t0, std::min(p.chunk, p.sequence_start(n) + p.sequence_length(n) - t0)};
+}
+
+// Tokens in chunk c (per batch row).
+std::int64_t chunk_tokens(const Problem& p, std::int64_t c) {
+  return p.varlen() ? packed_chunk(p, c).second : p.chunk_length(c);
+}
+
+// The elements of o [B, T, H, DV] (or v-shaped data) in chunk c: chunk c of
+// every batch row for a plain batch, global chunk c (one sequence's) when packed.
 std::vector<double> o_chunk(const std::vector<double>& o, const Problem& p, std::int64_t c) {
   const std::int64_t row = p.H * p.DV;  // one token
   std::vector<double> out;
-  for (std::int64_t b = 0; b < p.B; ++b) {
-    const auto first = o.begin() + (b * p.T + c * p.chunk) * row;
-    out.insert(out.end(), first, first + p.chunk_length(c) * row);
+  auto append = [&](std::int64_t b, std::int64_t t0, std::int64_t L) {
+    const auto first = o.begin() + (b * p.T + t0) * row;
+    out.insert(out.end(), first, first + L * row);
+  };
+  if (p.varlen()) {
+    const auto [t0, L] = packed_chunk(p, c);
+    append(0, t0, L);
+  } else {
+    for (std::int64_t b = 0; b < p.B; ++b) append(b, c * p.chunk, p.chunk_length(c));
   }
   return out;
 }
 
-// h[:, c] of h [B, NT, H, DK, DV].
+// h[:, c] of h [B, NT, H, DK, DV] ([1, total_chunks, ...] when packed).
 std::vector<double> h_chunk(const std::vector<double>& h, const Problem& p, std::int64_t c) {
   const std::int64_t state = p.H * p.DK * p.DV;
+  const std::int64_t rows = p.h_shape()[0], chunks = p.total_chunks();
   std::vector<double> out;
-  for (std::int64_t b = 0; b < p.B; ++b) {
-    const auto first = h.begin() + (b * p.num_chunks() + c) * state;
+  for (std::int64_t b = 0; b < rows; ++b) {
+    const auto first = h.begin() + (b * chunks + c) * state;
     out.insert(out.end(), first, first + state);
   }
   return out;
@@ -53,8 +75,9 @@ Command add_verify_command(CLI::App& parent) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
       "verify",
-      "Recompute the fp64 reference for an output file's input case and print the relative L2 error of o, h "
-      "and final_state against the expected level (accumulation + one rounding to the stored dtype). "
+      "Recompute the fp64 reference for an output file's input case (per packed sequence when it has "
+      "cu_seqlens, normalized when the run was) and print the relative L2 error of o, h, final_state (and "
+      "z_state) against the expected level (accumulation + one rounding to the stored dtype). "
       "Exit code 1 if any error is above its level.");
   cmd->add_option("output", o->output, "Output file written by linattn run")->required();
   cmd->add_option("--input", o->input, "The input file (default: the input_file attribute of OUTPUT)");
@@ -71,17 +94,24 @@ Command add_verify_command(CLI::App& parent) {
               throw FileError(input, dataset_path(group, "q"),
                               std::string("dtype ") + dtype_name(in.q.dtype) + ", but " + o->output + " was made from " +
                                   rec.input_dtype + " inputs (wrong --input?)");
-            const bool has_s0 = !in.initial_state.empty();
+            const bool has_s0 = !in.initial_state.empty(), has_z0 = rec.normalize && !in.initial_z.empty();
             const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
-                                                  has_s0 ? &in.initial_state.shape : nullptr);
+                                                  has_s0 ? &in.initial_state.shape : nullptr, in.cu_seqlens);
+            if (rec.num_sequences != 0 && rec.num_sequences != p.num_sequences())
+              throw FileError(o->output, "attribute 'num_sequences' = " + std::to_string(rec.num_sequences) +
+                                             ", but the input case holds " + std::to_string(p.num_sequences()) +
+                                             " sequences (wrong --input?)");
             const bool has_h = !out.h.empty();
             check_shape(o->output, "o", out.o, p.o_shape());
             if (has_h) check_shape(o->output, "h", out.h, p.h_shape());
             check_shape(o->output, "final_state", out.final_state, p.state_shape());
+            if (rec.normalize) check_shape(o->output, "z_state", out.z_state, p.z_shape());
 
             const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
-                                      s0 = in.initial_state.to_double();
-            const reference::Result ref = reference::chunked(p, {q, k, v, has_s0 ? &s0 : nullptr});
+                                      s0 = in.initial_state.to_double(), z0 = in.initial_z.to_double();
+            // The chunked form per sequence, then normalization when the run normalized.
+            const reference::Result ref =
+                reference::forward(p, {q, k, v, has_s0 ? &s0 : nullptr, has_z0 ? &z0 : nullptr}, rec.normalize);
 
             const DType input_dtype = in.q.dtype;
             // The tensor-core path leaves a hi/lo split residue in o (core/accuracy_levels.hpp).
@@ -100,7 +130,9 @@ Command add_verify_command(CLI::App& parent) {
 
             std::cout << o->output << " against " << input << (group.empty() ? "" : ":" + group) << "  ("
                       << rec.variant << " (" << rec.gemm_path << "), chunk " << p.chunk << ", scale " << p.scale << ", "
-                      << dtype_name(input_dtype) << " inputs)\n";
+                      << dtype_name(input_dtype) << " inputs"
+                      << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
+                      << (rec.normalize ? ", normalized" : "") << ")\n";
             const std::vector<double> od = out.o.to_double(), hd = out.h.to_double();
             TextTable table{{"tensor", "dtype", "rel_L2", "level", "status"}, {false, false, true, true, false}, {}};
             const double eo = relative_l2(od, ref.o);
@@ -114,16 +146,22 @@ Command add_verify_command(CLI::App& parent) {
             const double es = relative_l2(out.final_state.to_double(), ref.final_state);
             table.rows.push_back({"final_state", dtype_name(out.final_state.dtype), scientific(es, 2),
                                   scientific(s_level, 2), status(es, s_level)});
+            if (rec.normalize) {
+              const double ez = relative_l2(out.z_state.to_double(), ref.z_state);
+              const double z_level = stored_level(input_dtype, out.z_state.dtype);
+              table.rows.push_back({"z_state", dtype_name(out.z_state.dtype), scientific(ez, 2), scientific(z_level, 2),
+                                    status(ez, z_level)});
+            }
             std::cout << table.str();
 
             if (o->per_chunk) {
               TextTable chunks{{"chunk", "tokens", "o rel_L2", "h rel_L2", "status"},
                                {true, true, true, true, false}, {}};
-              for (std::int64_t c = 0; c < p.num_chunks(); ++c) {
+              for (std::int64_t c = 0; c < p.total_chunks(); ++c) {
                 const double eo_c = relative_l2(o_chunk(od, p, c), o_chunk(ref.o, p, c));
                 const double eh_c = has_h ? relative_l2(h_chunk(hd, p, c), h_chunk(ref.h, p, c)) : 0.0;
                 const bool below = pass(eo_c, o_level) & pass(eh_c, h_level);  // & : count both
-                chunks.rows.push_back({std::to_string(c), std::to_string(p.chunk_length(c)), scientific(eo_c, 2),
+                chunks.rows.push_back({std::to_string(c), std::to_string(chunk_tokens(p, c)), scientific(eo_c, 2),
                                        has_h ? scientific(eh_c, 2) : "-", below ? "ok" : "ABOVE LEVEL"});
               }
               std::cout << '\n' << chunks.str();

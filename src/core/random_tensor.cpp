@@ -20,12 +20,16 @@ Tensor random_tensor(DType t, std::vector<std::int64_t> shape, std::uint64_t see
   return out;
 }
 
-ProblemInputs random_inputs(const Problem& p, DType t, std::uint64_t seed, bool with_initial_state) {
+ProblemInputs random_inputs(const Problem& p, DType t, std::uint64_t seed, bool with_initial_state, bool positive,
+                            bool with_initial_z) {
+  const double lo = positive ? 0.0 : -1.0;
   ProblemInputs in;
-  in.q = random_tensor(t, p.qk_shape(), seed * 4 + 1);
-  in.k = random_tensor(t, p.qk_shape(), seed * 4 + 2);
-  in.v = random_tensor(t, p.v_shape(), seed * 4 + 3);
-  if (with_initial_state) in.initial_state = random_tensor(accumulation_dtype(t), p.state_shape(), seed * 4 + 4);
+  in.q = random_tensor(t, p.qk_shape(), seed * 4 + 1, lo);
+  in.k = random_tensor(t, p.qk_shape(), seed * 4 + 2, lo);
+  in.v = random_tensor(t, p.v_shape(), seed * 4 + 3, lo);
+  if (with_initial_state) in.initial_state = random_tensor(accumulation_dtype(t), p.state_shape(), seed * 4 + 4, lo);
+  // A key sum of some earlier tokens: positive, of the size of a few keys.
+  if (with_initial_z) in.initial_z = random_tensor(accumulation_dtype(t), p.z_shape(), derive_seed(seed, 5), 0.0, 8.0);
   return in;
 }
 

@@ -16,10 +16,15 @@ Tensor random_tensor(DType t, std::vector<std::int64_t> shape, std::uint64_t see
 
 struct ProblemInputs {
   Tensor q, k, v, initial_state;  // initial_state empty unless requested
+  Tensor initial_z;               // [N, H, DK]; empty unless requested
 };
 
-// q, k, v in dtype t; initial_state (when asked for) in t's accumulation type.
-ProblemInputs random_inputs(const Problem& p, DType t, std::uint64_t seed, bool with_initial_state);
+// q, k, v in dtype t; initial_state [N, H, DK, DV] (when asked for) in t's
+// accumulation type. positive: every value uniform in (0, 1) instead of
+// (-1, 1), so that normalization's denominators stay away from zero;
+// with_initial_z adds a positive initial key sum z0 [N, H, DK] (accumulation type).
+ProblemInputs random_inputs(const Problem& p, DType t, std::uint64_t seed, bool with_initial_state,
+                            bool positive = false, bool with_initial_z = false);
 
 // A well-mixed seed for item `index` of a run seeded with `seed` (splitmix64),
 // so that neighbouring seeds and indices give unrelated streams.

@@ -126,6 +126,34 @@ Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& 
   return t;
 }
 
+std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path) {
+  const Dataset ds = open_dataset(file, file_name, path);
+  const Datatype type(H5Dget_type(ds.get()));
+  if (H5Tget_class(type.get()) != H5T_INTEGER)
+    throw FileError(file_name, path, "is not an integer dataset (expected int64 offsets)");
+  const Dataspace space(H5Dget_space(ds.get()));
+  const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank != 1) throw FileError(file_name, path, "rank " + std::to_string(rank) + ", expected rank 1 [N + 1]");
+  hsize_t n = 0;
+  H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  std::vector<std::int64_t> values(static_cast<std::size_t>(n));
+  if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    throw FileError(file_name, path, with_detail("cannot be read (truncated or corrupt data)"));
+  return values;
+}
+
+void write_index_vector(hid_t file, const std::string& file_name, const std::string& path,
+                        const std::vector<std::int64_t>& values) {
+  const hsize_t n = values.size();
+  const Dataspace space(H5Screate_simple(1, &n, nullptr));
+  PropertyList lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  const Dataset ds(H5Dcreate2(file, path.c_str(), H5T_STD_I64LE, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
+  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
+  if (n > 0 && H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
+    throw FileError(file_name, path, with_detail("cannot be written"));
+}
+
 std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& shape, std::size_t element_size,
                                 std::size_t target_bytes) {
   std::vector<hsize_t> chunk(shape.begin(), shape.end());

@@ -41,6 +41,13 @@ Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& 
 void write_tensor(hid_t file, const std::string& file_name, const std::string& path, const Tensor& t,
                   const WriteOptions& options);
 
+// A rank-1 integer dataset (cu_seqlens) read as int64, and written as int64.
+// Reading throws FileError for a float or other non-integer type, another
+// rank, or an unreadable dataset.
+std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path);
+void write_index_vector(hid_t file, const std::string& file_name, const std::string& path,
+                        const std::vector<std::int64_t>& values);
+
 // Chunk dimensions for a dataset: whole trailing dimensions, leading ones cut
 // so that a chunk holds about target_bytes.
 std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& shape, std::size_t element_size,

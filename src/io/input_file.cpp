@@ -1,5 +1,6 @@
 #include "io/input_file.hpp"
 
+#include "core/problem.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_file.hpp"
@@ -100,10 +101,6 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
   const hid_t id = f.get();
   const std::string q_path = dataset_path(group, "q");
 
-  if (hdf5::link_exists(id, dataset_path(group, "cu_seqlens")))
-    throw FileError(file, dataset_path(group, "cu_seqlens"),
-                    "packed variable-length sequences are not supported yet; store one case per sequence");
-
   // Schema first, from the metadata alone: nothing is read before it holds.
   hdf5::DatasetInfo info[3];
   const char* names[3] = {"q", "k", "v"};
@@ -135,14 +132,40 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
                                         shape_string(info[0].shape) + ", " + names[i] + " " +
                                         shape_string(info[i].shape) + ")");
   }
+  // Packed sequences: their offsets decide how many states the case carries.
+  const std::string cu_path = dataset_path(group, "cu_seqlens");
+  std::vector<std::int64_t> cu_seqlens;
+  if (hdf5::link_exists(id, cu_path)) {
+    cu_seqlens = hdf5::read_index_vector(id, file, cu_path);
+    Problem packed;
+    packed.B = info[0].shape[0];
+    packed.T = info[0].shape[1];
+    packed.cu_seqlens = cu_seqlens;
+    try {
+      validate_sequences(packed);
+    } catch (const std::invalid_argument& e) {
+      throw FileError(file, cu_path, std::string(e.what()) + " (q " + shape_string(info[0].shape) + ")");
+    }
+  }
+  const std::int64_t N = cu_seqlens.empty() ? info[0].shape[0] : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
+  const char* per = cu_seqlens.empty() ? "[B, " : "[N (sequences), ";
   const std::string s0_path = dataset_path(group, "initial_state");
   const bool has_s0 = hdf5::link_exists(id, s0_path);
   if (has_s0) {
     const hdf5::DatasetInfo s0 = hdf5::dataset_info(id, file, s0_path);
-    const std::vector<std::int64_t> expected = {info[0].shape[0], info[0].shape[2], info[0].shape[3], info[2].shape[3]};
+    const std::vector<std::int64_t> expected = {N, info[0].shape[2], info[0].shape[3], info[2].shape[3]};
     if (s0.shape != expected)
-      throw FileError(file, s0_path, "shape " + shape_string(s0.shape) + ", expected [B, H, DK, DV] = " +
+      throw FileError(file, s0_path, "shape " + shape_string(s0.shape) + ", expected " + per + "H, DK, DV] = " +
                                          shape_string(expected));
+  }
+  const std::string z_path = dataset_path(group, "z_state");
+  const bool has_z = hdf5::link_exists(id, z_path);
+  if (has_z) {
+    const hdf5::DatasetInfo z = hdf5::dataset_info(id, file, z_path);
+    const std::vector<std::int64_t> expected = {N, info[0].shape[2], info[0].shape[3]};
+    if (z.shape != expected)
+      throw FileError(file, z_path, "shape " + shape_string(z.shape) + ", expected " + per + "H, DK] = " +
+                                        shape_string(expected));
   }
 
   CaseData data;
@@ -150,11 +173,14 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
   data.k = hdf5::read_tensor(id, file, dataset_path(group, "k"));
   data.v = hdf5::read_tensor(id, file, dataset_path(group, "v"));
   if (has_s0) data.initial_state = hdf5::read_tensor(id, file, s0_path);
+  if (has_z) data.initial_z = hdf5::read_tensor(id, file, z_path);
+  data.cu_seqlens = cu_seqlens;
   if (!options.allow_nonfinite) {
     check_finite(data.q, file, q_path);
     check_finite(data.k, file, dataset_path(group, "k"));
     check_finite(data.v, file, dataset_path(group, "v"));
     if (has_s0) check_finite(data.initial_state, file, s0_path);
+    if (has_z) check_finite(data.initial_z, file, z_path);
   }
   return data;
 }
@@ -162,15 +188,20 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
 void write_input_file(const std::string& path, const std::vector<NamedCase>& cases, const hdf5::WriteOptions& options) {
   hdf5::NewFile out(path);
   for (const NamedCase& c : cases) {
-    const std::pair<const char*, const Tensor*> tensors[] = {
-        {"q", &c.data.q}, {"k", &c.data.k}, {"v", &c.data.v}, {"initial_state", &c.data.initial_state}};
+    const std::pair<const char*, const Tensor*> tensors[] = {{"q", &c.data.q},
+                                                             {"k", &c.data.k},
+                                                             {"v", &c.data.v},
+                                                             {"initial_state", &c.data.initial_state},
+                                                             {"z_state", &c.data.initial_z}};
     for (const auto& [name, tensor] : tensors) {
       if (tensor->empty()) continue;
       const std::string ds = dataset_path(c.group, name);
       hdf5::write_tensor(out.id(), path, ds, *tensor, options);
-      if (std::string(name) != "initial_state")
+      if (std::string(name).size() == 1)  // q, k, v
         hdf5::write_attribute(out.id(), path, ds, "layout", "BTHD");
     }
+    if (!c.data.cu_seqlens.empty())
+      hdf5::write_index_vector(out.id(), path, dataset_path(c.group, "cu_seqlens"), c.data.cu_seqlens);
   }
   out.commit();
 }

@@ -1,6 +1,8 @@
 // The input schema (DESIGN.md section 5): datasets q, k [B, T, H, DK] and
-// v [B, T, H, DV], optionally initial_state [B, H, DK, DV], at the root or in
-// groups; each location holding q, k or v is one case of a batch.
+// v [B, T, H, DV], optionally initial_state [N, H, DK, DV], z_state [N, H, DK]
+// (the initial key sum of a normalized run) and cu_seqlens (int64 [N + 1],
+// packed variable-length sequences, B = 1; without it N = B), at the root or
+// in groups; each location holding q, k or v is one case of a batch.
 #pragma once
 
 #include "core/tensor.hpp"
@@ -21,7 +23,9 @@ std::string dataset_path(const std::string& group, const std::string& name);
 
 struct CaseData {
   Tensor q, k, v;
-  Tensor initial_state;  // empty when the case has none
+  Tensor initial_state;                 // empty when the case has none
+  std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
+  Tensor initial_z;                     // dataset z_state; empty when the case has none
 };
 
 struct ReadOptions {
@@ -31,13 +35,14 @@ struct ReadOptions {
 // Reads one case and checks it against the schema, so that nothing reaches a
 // kernel unchecked. Throws FileError naming the file, the dataset and what is
 // wrong: missing q/k/v, not a dataset, unsupported dtype, q/k/v dtypes
-// differing, rank, a zero dimension, B/T/H or DK disagreeing, initial_state of
-// the wrong shape, a layout other than BTHD, packed sequences (cu_seqlens, not
-// supported yet), and NaN or Inf elements unless allowed.
+// differing, rank, a zero dimension, B/T/H or DK disagreeing, initial_state or
+// z_state of the wrong shape, a layout other than BTHD, cu_seqlens that is not
+// an integer vector or breaks the rules of validate_sequences (B = 1, starts
+// at 0, increasing, ends at T), and NaN or Inf elements unless allowed.
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options = {});
 
 // Writes cases in the input schema (q, k, v with layout="BTHD", and
-// initial_state when present) to a new file at path, via path.partial. Used by
+// initial_state, z_state and cu_seqlens when present) to a new file at path, via path.partial. Used by
 // `linattn generate` and the tests.
 struct NamedCase {
   std::string group;  // "" for the root

@@ -24,15 +24,23 @@ double required_number(hid_t f, const std::string& file, const std::string& name
 void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options) {
   hdf5::NewFile file(path);
   const hid_t f = file.id();
+  const bool packed = !out.cu_seqlens.empty();
   hdf5::write_tensor(f, path, "o", out.o, options);
   hdf5::write_attribute(f, path, "o", "layout", "BTHD");
   if (!out.h.empty()) {
     hdf5::write_tensor(f, path, "h", out.h, options);
-    hdf5::write_attribute(f, path, "h", "layout", "B,NT,H,DK,DV");
+    hdf5::write_attribute(f, path, "h", "layout", packed ? "1,total_chunks,H,DK,DV" : "B,NT,H,DK,DV");
     hdf5::write_attribute(f, path, "h", "description", "h[:, c] is the state before chunk c; h[:, 0] is the initial state");
   }
   hdf5::write_tensor(f, path, "final_state", out.final_state, options);
-  hdf5::write_attribute(f, path, "final_state", "layout", "B,H,DK,DV");
+  hdf5::write_attribute(f, path, "final_state", "layout", packed ? "N,H,DK,DV" : "B,H,DK,DV");
+  if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
+  if (!out.z_state.empty()) {
+    hdf5::write_tensor(f, path, "z_state", out.z_state, options);
+    hdf5::write_attribute(f, path, "z_state", "layout", packed ? "N,H,DK" : "B,H,DK");
+    hdf5::write_attribute(f, path, "z_state", "description",
+                          "the running key sum z after each sequence's last token (normalization); the z_state input of a run that resumes it");
+  }
 
   const RunRecord& r = out.record;
   hdf5::write_attribute(f, path, "/", "chunk_size", r.chunk_size);
@@ -52,6 +60,8 @@ void write_output_file(const std::string& path, const OutputData& out, const hdf
   hdf5::write_attribute(f, path, "/", "min_bytes", r.min_bytes);
   hdf5::write_attribute(f, path, "/", "input_file", r.input_file);
   hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
+  hdf5::write_attribute(f, path, "/", "normalize", static_cast<std::int64_t>(r.normalize ? 1 : 0));
+  hdf5::write_attribute(f, path, "/", "num_sequences", r.num_sequences);
   file.commit();
 }
 
@@ -77,10 +87,14 @@ OutputData read_output_file(const std::string& path) {
   r.min_bytes = required_number(f, path, "min_bytes");
   r.input_file = required_string(f, path, "input_file");
   r.input_group = required_string(f, path, "input_group");
+  r.normalize = hdf5::read_number_attribute(f, path, "/", "normalize").value_or(0.0) != 0.0;
+  r.num_sequences = static_cast<std::int64_t>(hdf5::read_number_attribute(f, path, "/", "num_sequences").value_or(0.0));
 
   out.o = hdf5::read_tensor(f, path, "o");
   if (r.snapshot_dtype != "none") out.h = hdf5::read_tensor(f, path, "h");
   out.final_state = hdf5::read_tensor(f, path, "final_state");
+  if (r.normalize) out.z_state = hdf5::read_tensor(f, path, "z_state");
+  if (hdf5::link_exists(f, "cu_seqlens")) out.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
   return out;
 }
 

@@ -1,7 +1,10 @@
 // The output schema (DESIGN.md section 5): o [B, T, H, DV] (layout="BTHD"),
 // h [B, NT, H, DK, DV] (the state before each chunk; absent when snapshots
-// were not asked for) and final_state [B, H, DK, DV], plus file attributes
-// that record how the run was made, so that `linattn verify` can redo it.
+// were not asked for; [1, total_chunks, H, DK, DV] for packed sequences),
+// final_state [N, H, DK, DV] and, for normalized runs, z_state [N, H, DK]
+// (N = B, or the number of packed sequences; their cu_seqlens is copied from
+// the input), plus file attributes that
+// record how the run was made, so that `linattn verify` can redo it.
 #pragma once
 
 #include "core/tensor.hpp"
@@ -9,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace linattn {
 
@@ -25,10 +29,14 @@ struct RunRecord {
   double min_bytes = 0;  // the ledger's minimum bytes moved
   std::string input_file;   // as given on the command line
   std::string input_group;  // "/" for a case at the root
+  bool normalize = false;           // attribute normalize (0/1); absent in older files: 0
+  std::int64_t num_sequences = 0;   // attribute num_sequences (B, or N packed sequences)
 };
 
 struct OutputData {
   Tensor o, h, final_state;  // h empty when not stored
+  Tensor z_state;            // empty unless normalized
+  std::vector<std::int64_t> cu_seqlens;  // the packed sequences of the input (copied for readers); empty if none
   RunRecord record;
 };
 
