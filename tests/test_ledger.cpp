@@ -86,5 +86,30 @@ TEST(Ledger, VariantFlopsMatchTheirForms) {
   EXPECT_EQ(f.ideal, 2.0 * 3 * (4.0 * 4096 * 64 * 32 + 2.0 * 4096 * 64 * (64 + 32)));
 }
 
+TEST(Ledger, RecurrentIsFourTDkDvPerHead) {
+  Problem p;
+  p.B = 2; p.T = 100; p.H = 3; p.DK = 16; p.DV = 24; p.chunk = 32;
+  EXPECT_EQ(variant_flops(p, Variant::recurrent), 4.0 * 2 * 3 * 100 * 16 * 24);
+  EXPECT_EQ(parse_variant("recurrent"), Variant::recurrent);
+  EXPECT_STREQ(variant_name(Variant::recurrent), "recurrent");
+}
+
+TEST(Ledger, PackedSequencesCountPerSequence) {
+  // Sequences of 1, 63, 64, 65 and 300 tokens at C = 64: 1 + 1 + 1 + 2 + 5 = 10 chunks, and
+  // the recompute form rebuilds prefixes only within a sequence (65: 64 tokens; 300: 64 (0+1+2+3+4) tokens).
+  Problem p;
+  p.B = 1; p.T = 493; p.H = 2; p.DK = 16; p.DV = 8; p.chunk = 64;
+  p.cu_seqlens = {0, 1, 64, 128, 193, 493};
+  const FlopCounts f = count_flops(p);
+  EXPECT_EQ(f.state_recompute, 2.0 * 2 * (64 + 64 * 10) * 16 * 8);
+  EXPECT_EQ(f.causal_flash_attention, 2.0 * (1 + 63 * 63 + 64 * 64 + 65 * 65 + 300 * 300) * (16 + 8));
+  EXPECT_EQ(f.ideal, 2.0 * (4.0 * 493 * 16 * 8 + 2.0 * 493 * 64 * (16 + 8)));
+  const DType f32 = DType::f32;
+  const ByteCounts b = count_bytes(p, DType::bf16, DType::bf16, &f32, true);
+  EXPECT_EQ(b.h, 10.0 * 2 * 16 * 8 * 4);          // one fp32 snapshot per chunk of each sequence
+  EXPECT_EQ(b.final_state, 5.0 * 2 * 16 * 8 * 4);  // one state per sequence
+  EXPECT_EQ(b.initial_state, b.final_state);
+}
+
 }  // namespace
 }  // namespace linattn
