@@ -8,21 +8,39 @@
 
 namespace linattn {
 
-// Runs f(r, c) for r < rows, c < cols across the team. On the host, rows go
-// to the team's threads and each runs a contiguous inner loop over c: no
-// integer division per element (with one flat loop, the divisions took about
-// 3x the time of the host tile GEMMs on one core).
-// On a GPU one flat range, so that neighbouring threads take neighbouring
-// columns (coalesced accesses).
-template <class F>
-KOKKOS_INLINE_FUNCTION void team_for_tile(const Member& m, int rows, int cols, const F& f) {
+// dst_row(r)[c] = convert(src_row(r)[c]) for r < rows, c < cols, where
+// dst_row(r) and src_row(r) point at the first element of row r (tensors and
+// tiles are LayoutRight: a row's columns are contiguous). On the host each
+// thread of the team moves whole rows in a contiguous loop that vectorizes;
+// indexing the Views element by element (one flat range with a division per
+// element, or a per-element loop the compiler cannot prove contiguous) made
+// these moves cost more than the tile GEMMs there. On a GPU one flat range,
+// so that neighbouring threads take neighbouring columns (coalesced).
+template <class DstRow, class SrcRow, class Convert>
+KOKKOS_INLINE_FUNCTION void team_copy_rows(const Member& m, int rows, int cols, const DstRow& dst_row,
+                                           const SrcRow& src_row, const Convert& convert) {
   if constexpr (host_execution) {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows), [&](const int r) {
-      for (int c = 0; c < cols; ++c) f(r, c);
+      auto* __restrict dst = dst_row(r);
+      const auto* __restrict src = src_row(r);
+#pragma omp simd
+      for (int c = 0; c < cols; ++c) dst[c] = convert(src[c]);
     });
   } else {
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) { f(e / cols, e % cols); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) {
+      const int r = e / cols, c = e % cols;
+      dst_row(r)[c] = convert(src_row(r)[c]);
+    });
   }
+}
+
+// tile(r, c) = 0 for r0 <= r < r1, c < cols.
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void team_zero_rows(const Member& m, const Tile<Acc>& tile, int r0, int r1, int cols) {
+  if (r1 <= r0) return;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, (r1 - r0) * cols), [&](const int e) {
+    tile(r0 + e / cols, e % cols) = Acc(0);
+  });
 }
 
 // tile(r, c) = x(b, t0 + r, h, d0 + c) for r < rows, c < cols; the tile's rows
@@ -30,10 +48,11 @@ KOKKOS_INLINE_FUNCTION void team_for_tile(const Member& m, int rows, int cols, c
 template <class Acc, class View4>
 KOKKOS_INLINE_FUNCTION void load_token_tile(const Member& m, const Tile<Acc>& tile, const View4& x, int b, int t0,
                                             int rows, int h, int d0, int cols) {
-  const int all_rows = static_cast<int>(tile.extent(0));
-  team_for_tile(m, all_rows, cols, [&](const int r, const int c) {
-    tile(r, c) = r < rows ? to_acc<Acc>(x(b, t0 + r, h, d0 + c)) : Acc(0);
-  });
+  using T = typename View4::non_const_value_type;
+  team_copy_rows(
+      m, rows, cols, [&](const int r) { return &tile(r, 0); }, [&](const int r) { return &x(b, t0 + r, h, d0); },
+      [](const T v) { return to_acc<Acc>(v); });
+  team_zero_rows(m, tile, rows, static_cast<int>(tile.extent(0)), cols);
 }
 
 // x(b, t0 + r, h, d0 + c) = tile(r, c), rounded to x's element type.
@@ -41,19 +60,23 @@ template <class Acc, class View4>
 KOKKOS_INLINE_FUNCTION void store_token_tile(const Member& m, const View4& x, const Tile<Acc>& tile, int b, int t0,
                                              int rows, int h, int d0, int cols) {
   using T = typename View4::non_const_value_type;
-  team_for_tile(m, rows, cols, [&](const int r, const int c) {
-    x(b, t0 + r, h, d0 + c) = from_acc<T>(tile(r, c));
-  });
+  team_copy_rows(
+      m, rows, cols, [&](const int r) { return &x(b, t0 + r, h, d0); }, [&](const int r) { return &tile(r, 0); },
+      [](const Acc a) { return from_acc<T>(a); });
 }
 
 // S(i, j) = state(b, h, i, d0 + j), or zero when the state View is empty.
 template <class Acc, class View4>
 KOKKOS_INLINE_FUNCTION void load_state(const Member& m, const Tile<Acc>& S, const View4& state, int b, int h, int d0) {
+  using T = typename View4::non_const_value_type;
   const int rows = static_cast<int>(S.extent(0)), cols = static_cast<int>(S.extent(1));
-  const bool present = state.extent(0) > 0;
-  team_for_tile(m, rows, cols, [&](const int i, const int j) {
-    S(i, j) = present ? to_acc<Acc>(state(b, h, i, d0 + j)) : Acc(0);
-  });
+  if (state.extent(0) == 0) {
+    team_zero_rows(m, S, 0, rows, cols);
+    return;
+  }
+  team_copy_rows(
+      m, rows, cols, [&](const int i) { return &S(i, 0); }, [&](const int i) { return &state(b, h, i, d0); },
+      [](const T v) { return to_acc<Acc>(v); });
 }
 
 // state(b, h, i, d0 + j) = S(i, j).
@@ -61,9 +84,9 @@ template <class Acc, class View4>
 KOKKOS_INLINE_FUNCTION void store_state(const Member& m, const View4& state, const Tile<Acc>& S, int b, int h, int d0) {
   using T = typename View4::non_const_value_type;
   const int rows = static_cast<int>(S.extent(0)), cols = static_cast<int>(S.extent(1));
-  team_for_tile(m, rows, cols, [&](const int i, const int j) {
-    state(b, h, i, d0 + j) = from_acc<T>(S(i, j));
-  });
+  team_copy_rows(
+      m, rows, cols, [&](const int i) { return &state(b, h, i, d0); }, [&](const int i) { return &S(i, 0); },
+      [](const Acc a) { return from_acc<T>(a); });
 }
 
 // snapshots(b, c, h, i, d0 + j) = S(i, j), rounded to the snapshot type.
@@ -72,29 +95,39 @@ KOKKOS_INLINE_FUNCTION void store_snapshot(const Member& m, const View5& snapsho
                                            int h, int d0) {
   using T = typename View5::non_const_value_type;
   const int rows = static_cast<int>(S.extent(0)), cols = static_cast<int>(S.extent(1));
-  team_for_tile(m, rows, cols, [&](const int i, const int j) {
-    snapshots(b, c, h, i, d0 + j) = from_acc<T>(S(i, j));
-  });
+  team_copy_rows(
+      m, rows, cols, [&](const int i) { return &snapshots(b, c, h, i, d0); }, [&](const int i) { return &S(i, 0); },
+      [](const Acc a) { return from_acc<T>(a); });
 }
 
 // S(i, j) = snapshots(b, c, h, i, d0 + j), widened.
 template <class Acc, class View5>
 KOKKOS_INLINE_FUNCTION void load_snapshot(const Member& m, const Tile<Acc>& S, const View5& snapshots, int b, int c,
                                           int h, int d0) {
+  using T = typename View5::non_const_value_type;
   const int rows = static_cast<int>(S.extent(0)), cols = static_cast<int>(S.extent(1));
-  team_for_tile(m, rows, cols, [&](const int i, const int j) {
-    S(i, j) = to_acc<Acc>(snapshots(b, c, h, i, d0 + j));
-  });
+  team_copy_rows(
+      m, rows, cols, [&](const int i) { return &S(i, 0); }, [&](const int i) { return &snapshots(b, c, h, i, d0); },
+      [](const T v) { return to_acc<Acc>(v); });
 }
 
 // The causal mask of the intra-chunk scores: zero above the diagonal (no
-// softmax, so zero rather than -inf).
+// softmax, so zero rather than -inf). On the host a contiguous loop over the
+// tail of each row.
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void mask_upper_triangle(const Member& m, const Tile<Acc>& A) {
   const int n = static_cast<int>(A.extent(0));
-  team_for_tile(m, n, n, [&](const int i, const int j) {
-    if (j > i) A(i, j) = Acc(0);
-  });
+  if constexpr (host_execution) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, n), [&](const int i) {
+      Acc* row = &A(i, 0);
+      for (int j = i + 1; j < n; ++j) row[j] = Acc(0);
+    });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, n * n), [&](const int e) {
+      const int i = e / n, j = e % n;
+      if (j > i) A(i, j) = Acc(0);
+    });
+  }
 }
 
 }  // namespace linattn
