@@ -48,10 +48,10 @@ struct FusedForward {
       if (store_snapshots) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);  // h[c] = state before chunk c
       m.team_barrier();
       team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);  // O = scale Q S_prev
-      team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);    // A = scale Q K^T
+      team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);  // A = scale Q K^T, lower part
       mask_upper_triangle(m, A);
       m.team_barrier();
-      team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);  // O += tril(A) V
+      team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);  // O += tril(A) V
       store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);  // S += K^T V, after the output: the right shift
     }

@@ -74,10 +74,10 @@ struct MaterializedOutputPass {
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
     m.team_barrier();
     team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);
+    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);
     mask_upper_triangle(m, A);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);
+    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
   }
 };

@@ -58,10 +58,10 @@ struct RecomputeForward {
     m.team_barrier();
     // (2) + (3): O = scale (Q S + tril(Q K^T) V).
     team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A);
+    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);
     mask_upper_triangle(m, A);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O);
+    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
     if (c == seq.num_chunks - 1) {  // the last chunk's team owns the final state
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
