@@ -10,6 +10,7 @@
 #include "kernels/forward.hpp"
 #include "reference/references.hpp"
 
+#include <Kokkos_Core.hpp>  // KOKKOS_ENABLE_CUDA, for the path that automatic picks
 #include <gtest/gtest.h>
 
 #include <tuple>
