@@ -2,12 +2,16 @@
 // chunk_fwd_o): kernel 1 walks the chunks of each (DV block, batch*head) and
 // stores every snapshot h[c]; kernel 2 computes o for all chunks in parallel
 // from those snapshots. h round-trips through device memory, in the snapshot
-// type (as fla's chunk_fwd_o reads its stored h).
+// type (as fla's chunk_fwd_o reads its stored h). Both kernels iterate over
+// sequences (SequenceMap): kernel 1 over (DV block, sequence*head), kernel 2
+// over the global chunks of all sequences, so packed variable-length batches
+// take the same path.
 #pragma once
 
 #include "core/problem.hpp"
 #include "kernels/forward_views.hpp"
 #include "kernels/scratch_plan.hpp"
+#include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
 #include "kernels/tile_ops.hpp"
 
@@ -19,7 +23,8 @@ struct MaterializedStatePass {
   using Acc = typename Views::acc_type;
   Views views;
   Snapshots snapshots;
-  int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
+  SequenceMap seqs;
+  int H, DK, DV, C, block_dv, num_blocks, level;
   TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
@@ -27,21 +32,23 @@ struct MaterializedStatePass {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int bv = m.league_rank() % num_blocks, bh = m.league_rank() / num_blocks;
-    const int b = bh / H, h = bh % H;
+    const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
+    const int n = nh / H, h = nh % H;
+    const Sequence seq = seqs.sequence(n);
+    const int b = seq.b;
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
-    load_state(m, S, views.initial_state, b, h, d0);
-    for (int c = 0; c < NT; ++c) {
-      const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
+    load_state(m, S, views.initial_state, n, h, d0);
+    for (int c = 0; c < seq.num_chunks; ++c) {
+      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
       m.team_barrier();
-      store_snapshot(m, snapshots, S, b, c, h, d0);
+      store_snapshot(m, snapshots, S, seq.h_b, seq.h_c0 + c, h, d0);
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       m.team_barrier();
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
     }
-    store_state(m, views.final_state, S, b, h, d0);
+    store_state(m, views.final_state, S, n, h, d0);
   }
 };
 
@@ -51,7 +58,8 @@ struct MaterializedOutputPass {
   using Acc = typename Views::acc_type;
   Views views;
   Snapshots snapshots;
-  int T, H, DK, DV, C, NT, block_dv, num_blocks, level;
+  SequenceMap seqs;
+  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   TileGemm gemm;
 
@@ -60,15 +68,18 @@ struct MaterializedOutputPass {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int c = m.league_rank() % NT;
-    const int rest = m.league_rank() / NT;
-    const int bv = rest % num_blocks, bh = rest / num_blocks;
-    const int b = bh / H, h = bh % H;
+    const int g = m.league_rank() % seqs.total_chunks;
+    const int rest = m.league_rank() / seqs.total_chunks;
+    const int bv = rest % num_blocks, h = rest / num_blocks;
+    int n = 0, c = 0;
+    seqs.locate_chunk(g, n, c);
+    const Sequence seq = seqs.sequence(n);
+    const int b = seq.b;
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const int t0 = c * C, L = T - t0 < C ? T - t0 : C;
-    load_snapshot(m, S, snapshots, b, c, h, d0);
+    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    load_snapshot(m, S, snapshots, seq.h_b, seq.h_c0 + c, h, d0);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
@@ -84,30 +95,29 @@ struct MaterializedOutputPass {
 
 template <class Views, class Snapshots>
 ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Snapshots& snapshots,
-                                  std::int64_t block_dv, int team_size, TileGemm gemm) {
+                                  const SequenceMap& seqs, std::int64_t block_dv, int team_size, TileGemm gemm) {
   using StatePass = MaterializedStatePass<Views, Snapshots>;
   using OutputPass = MaterializedOutputPass<Views, Snapshots>;
   using Acc = typename Views::acc_type;
   // One block width for both kernels, sized by the larger (output) pass.
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w); });
   const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  const int T = static_cast<int>(p.T), H = static_cast<int>(p.H), DK = static_cast<int>(p.DK),
-            DV = static_cast<int>(p.DV), C = static_cast<int>(p.chunk), NT = static_cast<int>(p.num_chunks()),
-            bdv = static_cast<int>(plan.block_dv);
+  const int H = static_cast<int>(p.H), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
+            C = static_cast<int>(p.chunk), bdv = static_cast<int>(plan.block_dv);
   {
     ScopedRegion region("linattn::materialized::states");
     const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv);
     const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-    StatePass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, level, gemm};
-    const int league = static_cast<int>(num_blocks * p.B * p.H);
+    StatePass kernel{views, snapshots, seqs, H, DK, DV, C, bdv, num_blocks, level, gemm};
+    const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_states", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);
   }
   {
     ScopedRegion region("linattn::materialized::outputs");
-    OutputPass kernel{views, snapshots, T, H, DK, DV, C, NT, bdv, num_blocks, plan.level, static_cast<Acc>(p.scale),
+    OutputPass kernel{views, snapshots, seqs, H, DK, DV, C, bdv, num_blocks, plan.level, static_cast<Acc>(p.scale),
                       gemm};
-    const int league = static_cast<int>(p.num_chunks() * num_blocks * p.B * p.H);
+    const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_outputs", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
   }
@@ -117,14 +127,15 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
 // Uses the caller's snapshot View when it is present; otherwise an internal
 // buffer in the accumulation type that lives only for this call.
 template <class Views>
-ScratchPlan run_materialized(const Problem& p, const Views& views, std::int64_t block_dv, int team_size,
-                             TileGemm gemm) {
+ScratchPlan run_materialized(const Problem& p, const Views& views, const SequenceMap& seqs, std::int64_t block_dv,
+                             int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::materialized");
-  if (views.h.extent(0) > 0) return run_materialized_with(p, views, views.h, block_dv, team_size, gemm);
+  if (views.h.extent(0) > 0) return run_materialized_with(p, views, views.h, seqs, block_dv, team_size, gemm);
   using Acc = typename Views::acc_type;
-  DeviceView5<Acc> buffer(Kokkos::view_alloc(std::string("linattn::h_buffer"), Kokkos::WithoutInitializing), p.B,
-                          p.num_chunks(), p.H, p.DK, p.DV);
-  return run_materialized_with(p, views, buffer, block_dv, team_size, gemm);
+  const std::vector<std::int64_t> hs = p.h_shape();
+  DeviceView5<Acc> buffer(Kokkos::view_alloc(std::string("linattn::h_buffer"), Kokkos::WithoutInitializing), hs[0],
+                          hs[1], hs[2], hs[3], hs[4]);
+  return run_materialized_with(p, views, buffer, seqs, block_dv, team_size, gemm);
 }
 
 }  // namespace linattn

@@ -45,8 +45,7 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
     case Variant::fused: run.plan = run_fused(p, views, seqs, config.block_dv, config.team_size, tiles); break;
     case Variant::recompute: run.plan = run_recompute(p, views, seqs, config.block_dv, config.team_size, tiles); break;
     case Variant::materialized:
-      if (p.varlen()) throw std::invalid_argument("the materialized variant does not take cu_seqlens yet");
-      run.plan = run_materialized(p, views, config.block_dv, config.team_size, tiles);
+      run.plan = run_materialized(p, views, seqs, config.block_dv, config.team_size, tiles);
       break;
     case Variant::recurrent:
       run.plan = run_recurrent(p, views, seqs, config.block_dv, config.team_size);  // no tile products
