@@ -191,6 +191,59 @@ TEST_F(CliEndToEnd, BatchWithABadInputFinishesTheOthersAndExitsNonZero) {
   EXPECT_EQ(linattn_cli(dir, "run '" + input + "' -o '" + outdir + "' --force").code, 0);
 }
 
+TEST_F(CliEndToEnd, PackedSequencesNormalizedRunVerify) {
+  // generate --seqlens --positive --initial-state --initial-z -> run --normalize -> verify, per variant.
+  const Exit g = linattn_cli(dir, "generate -o '" + input + "' --shape 1,1,2,16,24 --dtype bf16 --dtype fp32 "
+                                  "--seqlens 1,63,64,65,300 --positive --initial-state --initial-z --seed 11");
+  ASSERT_EQ(g.code, 0) << g.output;
+  const CaseData c0 = read_case(input, "case0");
+  EXPECT_EQ(c0.cu_seqlens, (std::vector<std::int64_t>{0, 1, 64, 128, 193, 493}));
+  EXPECT_EQ(c0.q.shape, (std::vector<std::int64_t>{1, 493, 2, 16}));
+  EXPECT_EQ(c0.initial_state.shape, (std::vector<std::int64_t>{5, 2, 16, 24}));
+  EXPECT_EQ(c0.initial_z.shape, (std::vector<std::int64_t>{5, 2, 16}));
+  for (std::int64_t i = 0; i < c0.q.numel(); ++i) ASSERT_GT(c0.q.get(i), 0.0) << "--positive wrote a value <= 0";
+
+  for (const std::string variant : {"fused", "materialized", "recompute", "recurrent"}) {
+    SCOPED_TRACE(variant);
+    const std::string out = outdir + "_" + variant;
+    const Exit run = linattn_cli(dir, "run '" + input + "' -o '" + out + "' --normalize --variant " + variant);
+    ASSERT_EQ(run.code, 0) << run.output;
+    EXPECT_TRUE(contains(run.output, "cases: 2 ok, 0 failed")) << run.output;
+    for (const std::string group : {"case0", "case1"}) {
+      const std::string path = out + "/in." + group + ".h5";
+      const OutputData o = read_output_file(path);
+      EXPECT_TRUE(o.record.normalize);
+      EXPECT_EQ(o.record.num_sequences, 5);
+      EXPECT_EQ(o.h.shape, (std::vector<std::int64_t>{1, 1 + 1 + 1 + 2 + 5, 2, 16, 24}));
+      EXPECT_EQ(o.final_state.shape, (std::vector<std::int64_t>{5, 2, 16, 24}));
+      EXPECT_EQ(o.z_state.shape, (std::vector<std::int64_t>{5, 2, 16}));
+      EXPECT_EQ(o.cu_seqlens, c0.cu_seqlens);
+      const Exit verify = linattn_cli(dir, "verify '" + path + "' --per-chunk");
+      EXPECT_EQ(verify.code, 0) << verify.output;
+      EXPECT_TRUE(contains(verify.output, "5 packed sequences, normalized")) << verify.output;
+      EXPECT_TRUE(contains(verify.output, "z_state")) << verify.output;
+    }
+  }
+  // The checks bite: a wrong z_state, and o of a run that was not normalized.
+  const std::string tampered = dir / "tampered_z.h5";
+  fs::copy_file(outdir + "_fused/in.case1.h5", tampered);
+  tamper_element(tampered, "z_state", 7, 1.01f);
+  Exit v = linattn_cli(dir, "verify '" + tampered + "'");
+  EXPECT_EQ(v.code, 1) << v.output;
+  EXPECT_TRUE(contains(v.output, "ABOVE LEVEL")) << v.output;
+  const std::string plain_out = dir / "plain";
+  const std::string plain_in = dir / "plain_in.h5";
+  ASSERT_EQ(linattn_cli(dir, "generate -o '" + plain_in + "' --shape 1,1,2,16,24 --seqlens 30,70 --positive --seed 12")
+                .code,
+            0);
+  ASSERT_EQ(linattn_cli(dir, "run '" + plain_in + "' -o '" + plain_out + "'").code, 0);
+  EXPECT_EQ(linattn_cli(dir, "verify '" + plain_out + "/plain_in.case0.h5'").code, 0);
+  const std::string pretend = dir / "pretend_normalized.h5";
+  fs::copy_file(outdir + "_fused/in.case1.h5", pretend);
+  const Exit wrong = linattn_cli(dir, "verify '" + pretend + "' --input '" + plain_in + "'");
+  EXPECT_NE(wrong.code, 0) << wrong.output;
+}
+
 TEST_F(CliEndToEnd, LedgerPrintsTheSeedTable) {
   const Exit e = linattn_cli(dir, "ledger --dk 64 --dv 64 --chunk 64 --seq 512,2048,8192,16384,65536");
   ASSERT_EQ(e.code, 0) << e.output;
