@@ -23,6 +23,7 @@ std::string tensor_core_unavailable(const Problem& p, const ForwardConfig& confi
 #if defined(KOKKOS_ENABLE_CUDA)
   if (!std::is_same<ExecSpace, Kokkos::Cuda>::value) return "the default execution space is not CUDA";
   if (config.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
+  if (p.varlen()) return "packed variable-length batches run on the TeamPolicy kernels";
   if (!std::is_same<In, bf16_t>::value && !std::is_same<In, fp16_t>::value) return "inputs are not fp16 or bf16";
   if (!cuda::fused_tensor_core_supports(static_cast<int>(p.chunk), static_cast<int>(p.DK), static_cast<int>(p.DV)))
     return "the tensor-core kernel needs chunk 64, DK 64 or 128 and DV a multiple of 32";
