@@ -2,10 +2,13 @@
 // S += k_t v_t^T, then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
 // FLOPs per head, no tile products): for decode-style workloads and short
 // sequences. League over (DV block, sequence*head); each thread of the team
-// owns columns j of the state strip S[:, dv block] in team scratch and walks
-// all tokens for them, so no barrier is needed between tokens. The snapshot
-// h[c] (the state before chunk c) is stored as the walk passes each chunk
-// start, so the outputs are those of the chunked variants.
+// owns a range of columns of the state strip S[:, dv block] (team scratch)
+// and walks all tokens for them, so no barrier is needed between tokens. On a
+// GPU a thread owns one column (neighbouring threads, neighbouring columns);
+// on the host a contiguous range, so that the loops over columns run along
+// rows of S and vectorize. The snapshot h[c] (the state before chunk c) is
+// stored as the walk passes each chunk start, so the outputs are those of the
+// chunked variants.
 #pragma once
 
 #include "core/half_types.hpp"
@@ -26,7 +29,9 @@ struct RecurrentForward {
   int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) { return tile_bytes<Acc>({{p.DK, bdv}}); }
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
+    return tile_bytes<Acc>({{p.DK, bdv}, {1, bdv}, {1, bdv}});  // S, and v_t and o_t of the block
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
@@ -34,23 +39,37 @@ struct RecurrentForward {
     const Sequence seq = seqs.sequence(n);
     const int b = seq.b;
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
-    Tile<Acc> S(m.team_scratch(level), DK, W);
+    Tile<Acc> S(m.team_scratch(level), DK, W), Vt(m.team_scratch(level), 1, W), Ot(m.team_scratch(level), 1, W);
     const bool has_s0 = views.initial_state.extent(0) > 0, store_snapshots = views.h.extent(0) > 0;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, W), [&](const int j) {
-      for (int i = 0; i < DK; ++i) S(i, j) = has_s0 ? views.initial_state(n, h, i, d0 + j) : Acc(0);
+    const int width = host_execution ? (W + m.team_size() - 1) / m.team_size() : 1;  // columns per thread
+    const int ranges = (W + width - 1) / width;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, ranges), [&](const int r) {
+      const int j0 = r * width, j1 = j0 + width < W ? j0 + width : W;
+      for (int i = 0; i < DK; ++i)
+        for (int j = j0; j < j1; ++j) S(i, j) = has_s0 ? views.initial_state(n, h, i, d0 + j) : Acc(0);
+      Acc* v = &Vt(0, 0);
+      Acc* o = &Ot(0, 0);
       for (int s = 0; s < seq.length; ++s) {
         const int t = seq.t0 + s;
         if (store_snapshots && s % C == 0)  // h[c] = the state before chunk c of the sequence
-          for (int i = 0; i < DK; ++i) views.h(seq.h_b, seq.h_c0 + s / C, h, i, d0 + j) = from_acc<Snap>(S(i, j));
-        const Acc vj = to_acc<Acc>(views.v(b, t, h, d0 + j));
-        Acc o = 0;
-        for (int i = 0; i < DK; ++i) {
-          S(i, j) += to_acc<Acc>(views.k(b, t, h, i)) * vj;  // S += k v^T, then the readout sees it
-          o += to_acc<Acc>(views.q(b, t, h, i)) * S(i, j);
+          for (int i = 0; i < DK; ++i)
+            for (int j = j0; j < j1; ++j) views.h(seq.h_b, seq.h_c0 + s / C, h, i, d0 + j) = from_acc<Snap>(S(i, j));
+        for (int j = j0; j < j1; ++j) {
+          v[j] = to_acc<Acc>(views.v(b, t, h, d0 + j));
+          o[j] = Acc(0);
         }
-        views.o(b, t, h, d0 + j) = from_acc<Out>(scale * o);
+        for (int i = 0; i < DK; ++i) {
+          const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));
+          Acc* Si = &S(i, 0);
+          for (int j = j0; j < j1; ++j) {
+            Si[j] += ki * v[j];  // S += k v^T, then the readout sees it
+            o[j] += qi * Si[j];
+          }
+        }
+        for (int j = j0; j < j1; ++j) views.o(b, t, h, d0 + j) = from_acc<Out>(scale * o[j]);
       }
-      for (int i = 0; i < DK; ++i) views.final_state(n, h, i, d0 + j) = S(i, j);
+      for (int i = 0; i < DK; ++i)
+        for (int j = j0; j < j1; ++j) views.final_state(n, h, i, d0 + j) = S(i, j);
     });
   }
 };
