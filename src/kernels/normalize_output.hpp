@@ -1,11 +1,16 @@
-// fla's normalize=True as a small pass after any variant: per (sequence, head)
-// a scan over the tokens keeps the running key sum z_t = z0 + sum_{s<=t} k_s
-// (one element of z per thread of the team, in the accumulation type), and
-// divides o_t by scale * q_t . z_t + 1e-10. o arrives unnormalized in the
+// fla's normalize=True as a small pass after any variant: the running key
+// sum z_t = z0 + sum_{s<=t} k_s (per sequence and head, inclusive) and the
+// division of o_t by scale * q_t . z_t + 1e-10. o arrives unnormalized in the
 // accumulation type and is rounded to the output type once, after the
 // division (rounding first would add a second rounding). z after the last
 // token of each sequence is z_state [N, H, DK], which a later run can take as
 // its z0 to resume the sequence.
+//
+// The scan is chunked so that it is parallel over chunks, as the forward is:
+// (1) the key sum of every (chunk, head), (2) per (sequence, head) an
+// exclusive scan of those sums from z0 (and z_state), (3) per (chunk, head) a
+// walk over the chunk's tokens from its prefix, dividing o. z is kept in the
+// accumulation type throughout.
 #pragma once
 
 #include "core/half_types.hpp"
@@ -18,28 +23,79 @@ namespace linattn {
 template <class T>
 using DeviceView3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
 
+// (1) sums(g, h, d) = sum of k over the tokens of global chunk g.
+template <class In, class Acc>
+struct ChunkKeySums {
+  DeviceView4<const In> k;
+  DeviceView3<Acc> sums;  // [total_chunks, H, DK]
+  SequenceMap seqs;
+  int H, DK, C;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
+    const int g = m.league_rank() / H, h = m.league_rank() % H;
+    int n = 0, c = 0;
+    seqs.locate_chunk(g, n, c);
+    const Sequence seq = seqs.sequence(n);
+    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) {
+      Acc sum = 0;
+      for (int s = 0; s < L; ++s) sum += to_acc<Acc>(k(seq.b, t0 + s, h, d));
+      sums(g, h, d) = sum;
+    });
+  }
+};
+
+// (2) sums(g) becomes z before chunk g (z0 + the sums of the sequence's earlier
+// chunks); z_state = z after the sequence's last chunk.
+template <class Acc>
+struct ChunkPrefixScan {
+  DeviceView3<Acc> sums;             // in: chunk sums; out: exclusive prefixes
+  DeviceView3<const Acc> initial_z;  // [N, H, DK] or empty
+  DeviceView3<Acc> z_state;          // [N, H, DK]
+  SequenceMap seqs;
+  int H, DK;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
+    const int n = m.league_rank() / H, h = m.league_rank() % H;
+    const Sequence seq = seqs.sequence(n);
+    const int g0 = seqs.cu_seqlens.extent(0) == 0 ? n * seqs.NT : seq.h_c0;  // its first global chunk
+    const bool has_z0 = initial_z.extent(0) > 0;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) {
+      Acc z = has_z0 ? initial_z(n, h, d) : Acc(0);
+      for (int c = 0; c < seq.num_chunks; ++c) {
+        const Acc sum = sums(g0 + c, h, d);
+        sums(g0 + c, h, d) = z;
+        z += sum;
+      }
+      z_state(n, h, d) = z;
+    });
+  }
+};
+
+// (3) o_t = o_t / (scale * q_t . z_t + 1e-10) over the tokens of chunk g, z_t
+// walked from the chunk's prefix (one element of z per thread).
 template <class In, class Acc, class Out>
 struct NormalizeOutput {
   using ZVector = Kokkos::View<Acc*, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   DeviceView4<const In> q, k;       // [B, T, H, DK]
   DeviceView4<const Acc> o_raw;     // [B, T, H, DV], unnormalized (may alias o when Out = Acc)
   DeviceView4<Out> o;               // [B, T, H, DV]
-  DeviceView3<const Acc> initial_z; // [N, H, DK] or empty (start from zero)
-  DeviceView3<Acc> z_state;         // [N, H, DK]
+  DeviceView3<const Acc> prefixes;  // [total_chunks, H, DK]: z before each chunk
   SequenceMap seqs;
-  int H, DK, DV;
+  int H, DK, DV, C;
   Acc scale;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int n = m.league_rank() / H, h = m.league_rank() % H;
+    const int g = m.league_rank() / H, h = m.league_rank() % H;
+    int n = 0, c = 0;
+    seqs.locate_chunk(g, n, c);
     const Sequence seq = seqs.sequence(n);
-    const int b = seq.b;
+    const int b = seq.b, t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
     ZVector z(m.team_scratch(0), DK);
-    const bool has_z0 = initial_z.extent(0) > 0;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) { z(d) = has_z0 ? initial_z(n, h, d) : Acc(0); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) { z(d) = prefixes(g, h, d); });
     m.team_barrier();
-    for (int s = 0; s < seq.length; ++s) {
-      const int t = seq.t0 + s;
+    for (int s = 0; s < L; ++s) {
+      const int t = t0 + s;
       Acc qz = 0;
       Kokkos::parallel_reduce(
           Kokkos::TeamThreadRange(m, DK),
@@ -54,7 +110,6 @@ struct NormalizeOutput {
                            [&](const int j) { o(b, t, h, j) = from_acc<Out>(o_raw(b, t, h, j) / denominator); });
       m.team_barrier();  // z of this token is complete before the next one reads it
     }
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) { z_state(n, h, d) = z(d); });
   }
 };
 
@@ -63,14 +118,19 @@ void run_normalize(const Problem& p, const SequenceMap& seqs, const DeviceView4<
                    const DeviceView4<const In>& k, const DeviceView4<const Acc>& o_raw, const DeviceView4<Out>& o,
                    const DeviceView3<const Acc>& initial_z, const DeviceView3<Acc>& z_state) {
   ScopedRegion region("linattn::normalize");
-  using Kernel = NormalizeOutput<In, Acc, Out>;
-  using ZVector = typename Kernel::ZVector;
-  Kernel kernel{q, k, o_raw, o, initial_z, z_state, seqs, static_cast<int>(p.H), static_cast<int>(p.DK),
-                static_cast<int>(p.DV), static_cast<Acc>(p.scale)};
-  const int league = static_cast<int>(p.num_sequences() * p.H);
-  const std::size_t bytes = ZVector::shmem_size(static_cast<std::size_t>(p.DK));
+  const int H = static_cast<int>(p.H), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
+            C = static_cast<int>(p.chunk), G = seqs.total_chunks;
+  DeviceView3<Acc> prefixes(Kokkos::view_alloc(std::string("linattn::z_prefixes"), Kokkos::WithoutInitializing), G, H,
+                            DK);
+  Kokkos::parallel_for("linattn::normalize_chunk_sums", TeamPolicy(G * H, Kokkos::AUTO),
+                       ChunkKeySums<In, Acc>{k, prefixes, seqs, H, DK, C});
+  Kokkos::parallel_for("linattn::normalize_prefix_scan", TeamPolicy(seqs.num_sequences * H, Kokkos::AUTO),
+                       ChunkPrefixScan<Acc>{prefixes, initial_z, z_state, seqs, H, DK});
+  using Divide = NormalizeOutput<In, Acc, Out>;
+  const std::size_t bytes = Divide::ZVector::shmem_size(static_cast<std::size_t>(DK));
   Kokkos::parallel_for("linattn::normalize_output",
-                       TeamPolicy(league, Kokkos::AUTO).set_scratch_size(0, Kokkos::PerTeam(bytes)), kernel);
+                       TeamPolicy(G * H, Kokkos::AUTO).set_scratch_size(0, Kokkos::PerTeam(bytes)),
+                       Divide{q, k, o_raw, o, prefixes, seqs, H, DK, DV, C, static_cast<Acc>(p.scale)});
 }
 
 }  // namespace linattn
