@@ -4,7 +4,9 @@
 Writes an fp16 input with plain h5py, generates a bf16 input with the CLI, runs
 linattn on both and reads every output back with h5py: bfloat16 datasets must
 come back as float32 through HDF5's conversion, and o, h and final_state must
-match a numpy float64 recomputation to the level of their stored dtype.
+match a numpy float64 recomputation to the level of their stored dtype. A
+packed input (cu_seqlens, per-sequence initial_state and z_state) written by
+h5py runs normalized and is checked per sequence the same way.
 
 Usage: h5py_reads_outputs.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when h5py
 or numpy cannot be imported.
@@ -106,6 +108,41 @@ for output, source, group in ((os.path.join(outdir, "numpy_fp16.h5"), fp16_input
         if g["h"].dtype != np.float32:
             failures.append(f"{output}: bf16 h read by h5py as {g['h'].dtype}, expected float32")
         print(f"  input {input_dtype}, o {attrs['output_dtype']} read as {g['o'].dtype}, h read as {g['h'].dtype}")
+
+# 4. Packed sequences (cu_seqlens from numpy's int64), one initial state and z0 per sequence,
+# run normalized: numpy recomputes each sequence on its own, then fla's normalization.
+packed_input = os.path.join(WORK, "numpy_packed.h5")
+lengths = [1, 40, 33, 70]
+cu = np.cumsum([0] + lengths).astype(np.int64)
+N, T, H, DK, DV = len(lengths), int(cu[-1]), 2, 8, 12
+with h5py.File(packed_input, "w") as f:
+    for name, dim in (("q", DK), ("k", DK), ("v", DV)):
+        f.create_dataset(name, data=rng.uniform(0, 1, size=(1, T, H, dim)).astype(np.float32))
+    f.create_dataset("cu_seqlens", data=cu)
+    f.create_dataset("initial_state", data=rng.uniform(0, 1, size=(N, H, DK, DV)).astype(np.float32))
+    f.create_dataset("z_state", data=rng.uniform(0, 4, size=(N, H, DK)).astype(np.float32))
+cli("run", packed_input, "-o", outdir, "--normalize", "--variant", "recurrent", "--chunk", "32", "--scale", "0.5")
+output = os.path.join(outdir, "numpy_packed.h5")
+print(output)
+with h5py.File(packed_input, "r") as f, h5py.File(output, "r") as g:
+    q, k, v, s0, z0 = (f[n][...] for n in ("q", "k", "v", "initial_state", "z_state"))
+    o_ref, h_ref, s_ref, z_ref = [], [], [], []
+    for i in range(N):
+        a, b = cu[i], cu[i + 1]
+        o_i, h_i, s_i = reference(q[:, a:b], k[:, a:b], v[:, a:b], s0[i:i + 1], 32, 0.5)
+        z = z0[i].astype(np.float64) + np.cumsum(k[0, a:b].astype(np.float64), axis=0)  # [L, H, DK]
+        denominator = 0.5 * np.einsum("thk,thk->th", q[0, a:b].astype(np.float64), z) + 1e-10
+        o_ref.append(o_i[0] / denominator[:, :, None])
+        h_ref.append(h_i[0])
+        s_ref.append(s_i[0])
+        z_ref.append(z[-1])
+    if list(g["cu_seqlens"][...]) != list(cu) or g.attrs["num_sequences"] != N or g.attrs["normalize"] != 1:
+        failures.append(f"{output}: unexpected cu_seqlens or attributes {dict(g.attrs)}")
+    acc = 1e-5
+    check("o", rel_l2(g["o"][0], np.concatenate(o_ref)), acc + UNIT_ROUNDOFF["fp32"])
+    check("h", rel_l2(g["h"][0], np.concatenate(h_ref)), acc + UNIT_ROUNDOFF["fp32"])  # [total_chunks, H, DK, DV]
+    check("final_state", rel_l2(g["final_state"][...], np.stack(s_ref)), acc + UNIT_ROUNDOFF["fp32"])
+    check("z_state", rel_l2(g["z_state"][...], np.stack(z_ref)), acc + UNIT_ROUNDOFF["fp32"])
 
 shutil.rmtree(WORK, ignore_errors=True)
 if failures:
