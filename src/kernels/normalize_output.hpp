@@ -8,9 +8,9 @@
 //
 // The scan is chunked so that it is parallel over chunks, as the forward is:
 // (1) the key sum of every (chunk, head), (2) per (sequence, head) an
-// exclusive scan of those sums from z0 (and z_state), (3) per (chunk, head) a
-// walk over the chunk's tokens from its prefix, dividing o. z is kept in the
-// accumulation type throughout.
+// exclusive scan of those sums from z0 (and z_state), (3) per (chunk, head)
+// the chunk's z_t from its prefix, the denominators, and the division of o.
+// z is kept in the accumulation type throughout.
 #pragma once
 
 #include "core/half_types.hpp"
@@ -72,18 +72,27 @@ struct ChunkPrefixScan {
   }
 };
 
-// (3) o_t = o_t / (scale * q_t . z_t + 1e-10) over the tokens of chunk g, z_t
-// walked from the chunk's prefix (one element of z per thread).
+// (3) o_t = o_t / (scale * q_t . z_t + 1e-10) over the tokens of chunk g: each
+// thread walks the chunk for one element d of z from the chunk's prefix,
+// leaving q_t[d] z_t[d] in a C x (DK + 1) scratch tile (the extra column keeps
+// a GPU's threads that read one row each off one shared-memory bank); then a
+// thread per token sums its row, and the team divides the chunk's o rows.
+// Three barriers per chunk, nothing sequential per token across the team.
 template <class In, class Acc, class Out>
 struct NormalizeOutput {
-  using ZVector = Kokkos::View<Acc*, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  using Vector = Kokkos::View<Acc*, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   DeviceView4<const In> q, k;       // [B, T, H, DK]
   DeviceView4<const Acc> o_raw;     // [B, T, H, DV], unnormalized (may alias o when Out = Acc)
   DeviceView4<Out> o;               // [B, T, H, DV]
   DeviceView3<const Acc> prefixes;  // [total_chunks, H, DK]: z before each chunk
   SequenceMap seqs;
-  int H, DK, DV, C;
+  int H, DK, DV, C, level;
   Acc scale;
+
+  static std::size_t scratch_bytes(std::int64_t C, std::int64_t DK) {
+    return Tile<Acc>::shmem_size(static_cast<std::size_t>(C), static_cast<std::size_t>(DK + 1)) +
+           Vector::shmem_size(static_cast<std::size_t>(C));
+  }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const int g = m.league_rank() / H, h = m.league_rank() % H;
@@ -91,25 +100,26 @@ struct NormalizeOutput {
     seqs.locate_chunk(g, n, c);
     const Sequence seq = seqs.sequence(n);
     const int b = seq.b, t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
-    ZVector z(m.team_scratch(0), DK);
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) { z(d) = prefixes(g, h, d); });
+    Tile<Acc> P(m.team_scratch(level), C, DK + 1);
+    Vector denominator(m.team_scratch(level), C);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) {
+      Acc z = prefixes(g, h, d);
+      for (int s = 0; s < L; ++s) {
+        z += to_acc<Acc>(k(b, t0 + s, h, d));  // inclusive: z_t includes k_t
+        P(s, d) = to_acc<Acc>(q(b, t0 + s, h, d)) * z;
+      }
+    });
     m.team_barrier();
-    for (int s = 0; s < L; ++s) {
-      const int t = t0 + s;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, L), [&](const int s) {
       Acc qz = 0;
-      Kokkos::parallel_reduce(
-          Kokkos::TeamThreadRange(m, DK),
-          [&](const int d, Acc& sum) {
-            const Acc zd = z(d) + to_acc<Acc>(k(b, t, h, d));  // inclusive: z_t includes k_t
-            z(d) = zd;
-            sum += to_acc<Acc>(q(b, t, h, d)) * zd;
-          },
-          qz);
-      const Acc denominator = scale * qz + Acc(1e-10);
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DV),
-                           [&](const int j) { o(b, t, h, j) = from_acc<Out>(o_raw(b, t, h, j) / denominator); });
-      m.team_barrier();  // z of this token is complete before the next one reads it
-    }
+      for (int d = 0; d < DK; ++d) qz += P(s, d);
+      denominator(s) = scale * qz + Acc(1e-10);
+    });
+    m.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, L * DV), [&](const int e) {
+      const int s = e / DV, j = e % DV;
+      o(b, t0 + s, h, j) = from_acc<Out>(o_raw(b, t0 + s, h, j) / denominator(s));
+    });
   }
 };
 
@@ -127,10 +137,11 @@ void run_normalize(const Problem& p, const SequenceMap& seqs, const DeviceView4<
   Kokkos::parallel_for("linattn::normalize_prefix_scan", TeamPolicy(seqs.num_sequences * H, Kokkos::AUTO),
                        ChunkPrefixScan<Acc>{prefixes, initial_z, z_state, seqs, H, DK});
   using Divide = NormalizeOutput<In, Acc, Out>;
-  const std::size_t bytes = Divide::ZVector::shmem_size(static_cast<std::size_t>(DK));
+  const std::size_t bytes = Divide::scratch_bytes(C, DK);
+  const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   Kokkos::parallel_for("linattn::normalize_output",
-                       TeamPolicy(G * H, Kokkos::AUTO).set_scratch_size(0, Kokkos::PerTeam(bytes)),
-                       Divide{q, k, o_raw, o, prefixes, seqs, H, DK, DV, C, static_cast<Acc>(p.scale)});
+                       TeamPolicy(G * H, Kokkos::AUTO).set_scratch_size(level, Kokkos::PerTeam(bytes)),
+                       Divide{q, k, o_raw, o, prefixes, seqs, H, DK, DV, C, level, static_cast<Acc>(p.scale)});
 }
 
 }  // namespace linattn
