@@ -2,6 +2,7 @@
 // device-resident timings of the variants beside the device's copy bandwidth
 // and the ledger, with the accuracy of o on a slice; JSON for scripts.
 #include "app/command.hpp"
+#include "app/integer_list.hpp"
 #include "app/text_table.hpp"
 #include "kernels/benchmark.hpp"
 #include "kernels/execution.hpp"
@@ -11,25 +12,13 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 namespace linattn {
 namespace {
 
 // "B,T,H,D" or "B,T,H,DK,DV" -> Problem (chunk and scale set by the caller).
 Problem parse_bench_shape(const std::string& text) {
-  std::vector<std::int64_t> d;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    try {
-      d.push_back(std::stoll(item, &used));
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + text + "' is not B,T,H,D[,DV]");
-  }
+  const std::vector<std::int64_t> d = parse_integer_list(text, "B,T,H,D[,DV]");
   if (d.size() != 4 && d.size() != 5) throw std::invalid_argument("'" + text + "' is not B,T,H,D[,DV]");
   Problem p;
   p.B = d[0]; p.T = d[1]; p.H = d[2]; p.DK = d[3]; p.DV = d.size() == 5 ? d[4] : d[3];

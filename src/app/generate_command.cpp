@@ -1,6 +1,7 @@
 // linattn generate -o FILE --shape B,T,H,DK,DV --dtype bf16 --seed N: random
 // input files for examples and tests.
 #include "app/command.hpp"
+#include "app/integer_list.hpp"
 #include "app/report.hpp"
 #include "core/random_tensor.hpp"
 #include "io/file_error.hpp"
@@ -10,27 +11,13 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 namespace linattn {
 namespace {
 
 // "B,T,H,DK,DV" -> Problem; throws std::invalid_argument.
 Problem parse_shape(const std::string& text) {
-  std::vector<std::int64_t> dims;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long d = 0;
-    try {
-      d = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size()) throw std::invalid_argument("'" + text + "' is not B,T,H,DK,DV");
-    dims.push_back(d);
-  }
+  const std::vector<std::int64_t> dims = parse_integer_list(text, "B,T,H,DK,DV");
   if (dims.size() != 5) throw std::invalid_argument("'" + text + "' is not B,T,H,DK,DV (five integers)");
   Problem p;
   p.B = dims[0]; p.T = dims[1]; p.H = dims[2]; p.DK = dims[3]; p.DV = dims[4];
@@ -40,21 +27,10 @@ Problem parse_shape(const std::string& text) {
 
 // "1,63,64,65,300" -> the sequence lengths; throws std::invalid_argument.
 std::vector<std::int64_t> parse_lengths(const std::string& text) {
-  std::vector<std::int64_t> lengths;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    std::size_t used = 0;
-    long long n = 0;
-    try {
-      n = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || n <= 0)
-      throw std::invalid_argument("'" + text + "' is not a list of positive sequence lengths");
-    lengths.push_back(n);
-  }
+  const std::string expected = "a list of positive sequence lengths";
+  const std::vector<std::int64_t> lengths = parse_integer_list(text, expected);
+  for (std::int64_t n : lengths)
+    if (n <= 0) throw std::invalid_argument("'" + text + "' is not " + expected);
   if (lengths.empty()) throw std::invalid_argument("'" + text + "' names no sequence");
   return lengths;
 }
