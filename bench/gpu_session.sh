@@ -11,7 +11,7 @@ GPU_DIR=${GPU_DIR:-.gpu}
 LOGS=${OUT:-bench/results}
 mkdir -p "$LOGS"
 export LD_LIBRARY_PATH="$PWD/$GPU_DIR/lib:${LD_LIBRARY_PATH:-}"
-steps=${*:-tests compare portable scaling}
+steps=${*:-tests compare portable registers scaling}
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv | tee "$LOGS/gpu-info.txt"
 for step in $steps; do
@@ -25,6 +25,11 @@ for step in $steps; do
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;
+    registers)  # the portable register-blocked fused kernel: block widths and team sizes, measured
+      for cfg in "--block-dv 32" "--block-dv 32 --team-size 512" "--block-dv 16" "--block-dv 16 --team-size 256"; do
+        "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --shape 1,32768,32,128 --variants fused --gemm registers \
+          $cfg --reps 5 --warmup 1 2>&1
+      done | tee "$LOGS/bench-registers.txt" ;;
     scaling)  # recompute grows ~T^2, fused and materialized ~T (B=1, H=32, D=128)
       "$GPU_DIR/linattn" bench --shape 1,4096,32,128 --shape 1,16384,32,128 --shape 1,32768,32,128 \
         --variants fused,materialized,recompute --gemm kokkoskernels --reps 1 --warmup 1 \

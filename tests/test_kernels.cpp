@@ -32,10 +32,13 @@ const Shape kShapes[] = {
 };
 
 // The path `automatic` resolves to on this build's default execution space.
-GemmPath automatic_path() {
+GemmPath automatic_path(Variant variant) {
 #if defined(KOKKOS_ENABLE_CUDA)
-  return GemmPath::kokkos_kernels;  // no shape here suits the tensor-core kernel (DK 64 or 128, chunk 64)
+  // No shape here suits the tensor-core kernel (DK 64 or 128, chunk 64); the
+  // register-blocked kernel takes the fused variant off the host.
+  return variant == Variant::fused ? GemmPath::registers : GemmPath::kokkos_kernels;
 #else
+  (void)variant;
   return GemmPath::host_tile;
 #endif
 }
@@ -67,7 +70,7 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
         const ForwardOutput out =
             run_forward(p, cfg, in.q, in.k, in.v, s.initial_state ? &in.initial_state : nullptr);
         SCOPED_TRACE(std::string("out ") + dtype_name(out.o.dtype) + ", snapshots " + dtype_name(out.h.dtype));
-        ASSERT_EQ(out.gemm, gemm == GemmPath::automatic ? automatic_path() : gemm);
+        ASSERT_EQ(out.gemm, gemm == GemmPath::automatic ? automatic_path(variant) : gemm);
         ASSERT_EQ(out.o.dtype, fp32_out ? DType::f32 : dtype);
         ASSERT_EQ(out.h.shape, p.h_shape());
         ASSERT_EQ(out.final_state.dtype, accumulation_dtype(dtype));
@@ -93,6 +96,31 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(variant_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param)) + "_" +
              gemm_path_name(std::get<2>(info.param));
     });
+
+// The portable register-blocked kernel exists for the fused variant only.
+INSTANTIATE_TEST_SUITE_P(
+    RegisterBlockedFused, KernelMatchesReference,
+    ::testing::Combine(::testing::Values(Variant::fused), ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
+                       ::testing::Values(GemmPath::registers)),
+    [](const ::testing::TestParamInfo<KernelMatchesReference::ParamType>& info) {
+      return std::string(variant_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param)) + "_" +
+             gemm_path_name(std::get<2>(info.param));
+    });
+
+TEST(Kernels, RegisterPathRefusesOtherVariants) {
+  Problem p;
+  p.B = 1; p.T = 40; p.H = 1; p.DK = 16; p.DV = 16; p.chunk = 16;
+  const auto in = random_inputs(p, DType::f32, 6, false);
+  ForwardConfig cfg;
+  cfg.variant = Variant::materialized;
+  cfg.gemm = GemmPath::registers;
+  try {
+    run_forward(p, cfg, in.q, in.k, in.v);
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("only the fused variant"), std::string::npos) << e.what();
+  }
+}
 
 TEST(Kernels, SnapshotsCanBeSkipped) {
   Problem p;

@@ -56,6 +56,14 @@ TEST_P(VarlenMatchesReference, LengthsAroundTheChunk) {
     expect_matches_reference(p, cfg, in);
     cfg.snapshots = SnapshotMode::none;  // materialized keeps them in an internal buffer of the packed layout
     expect_matches_reference(p, cfg, in);
+    if (variant == Variant::fused) {  // the register-blocked kernel walks the same sequences
+      cfg = ForwardConfig{};
+      cfg.gemm = GemmPath::registers;
+      expect_matches_reference(p, cfg, in);
+      cfg.block_dv = 16;
+      cfg.snapshots = SnapshotMode::bf16;
+      expect_matches_reference(p, cfg, in);
+    }
   }
 }
 

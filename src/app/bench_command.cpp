@@ -50,8 +50,8 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::IsMember({"fused", "materialized", "recompute", "recurrent"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length: 16, 32, 64 or 128")->capture_default_str();
-  cmd->add_option("--gemm", o->gemm, "Tile products: auto, kokkoskernels or tensorcore")
-      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore"}))
+  cmd->add_option("--gemm", o->gemm, "Tile products: auto, kokkoskernels, tensorcore, hosttile or registers")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
   cmd->add_option("--snapshots", o->snapshots, "Snapshot dtype: bf16 (as fla stores h), fp32 or none")
       ->check(CLI::IsMember({"bf16", "fp32", "fp64", "none"}))

@@ -33,8 +33,9 @@ Command add_run_command(CLI::App& parent) {
                 "and reads a case's z_state dataset as z0");
   cmd->add_option("--gemm", o->gemm,
                   "Tile products: auto (tensor cores where available: CUDA, fused, fp16/bf16, chunk 64), "
-                  "kokkoskernels (portable) or tensorcore")
-      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore"}))
+                  "kokkoskernels (portable KokkosBatched tile GEMMs), tensorcore, hosttile (host backends) or "
+                  "registers (portable register-blocked fused kernel)")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::IsMember({16, 32, 64, 128}))->capture_default_str();
   cmd->add_option("--scale", o->scale, "Output scale (o = scale * S^T q)")

@@ -28,6 +28,7 @@ const char* gemm_path_name(GemmPath g) {
     case GemmPath::kokkos_kernels: return "kokkoskernels";
     case GemmPath::tensor_core: return "tensorcore";
     case GemmPath::host_tile: return "hosttile";
+    case GemmPath::registers: return "registers";
   }
   return "?";
 }
@@ -37,7 +38,9 @@ GemmPath parse_gemm_path(const std::string& s) {
   if (s == "kokkoskernels") return GemmPath::kokkos_kernels;
   if (s == "tensorcore") return GemmPath::tensor_core;
   if (s == "hosttile") return GemmPath::host_tile;
-  throw std::invalid_argument("unknown gemm path '" + s + "' (expected auto, kokkoskernels, tensorcore or hosttile)");
+  if (s == "registers") return GemmPath::registers;
+  throw std::invalid_argument("unknown gemm path '" + s +
+                              "' (expected auto, kokkoskernels, tensorcore, hosttile or registers)");
 }
 
 DType output_dtype(DType input, const ForwardConfig& config) { return config.output_fp32 ? DType::f32 : input; }
@@ -64,6 +67,10 @@ ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const
                                                               : tensor_core_unavailable<In, Out, Acc>(p, c);
     if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
     if (p.varlen()) throw std::invalid_argument("--gemm tensorcore is not available: packed sequences (cu_seqlens)");
+  }
+  if (c.gemm == GemmPath::registers) {
+    const std::string why = register_forward_unavailable<In, Acc>(p, c);
+    if (!why.empty()) throw std::invalid_argument("--gemm registers is not available: " + why);
   }
   if (c.gemm == GemmPath::host_tile && !host_execution)
     throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");

@@ -22,13 +22,15 @@ const char* snapshot_mode_name(SnapshotMode m);
 SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16, none
 
 // How tile products are computed: the portable KokkosBatched team GEMMs, the
-// CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64), or the
-// register-blocked host tile GEMM (host execution spaces, every variant).
-// automatic takes tensor cores where they can run, the host tile GEMM on the
-// host, and KokkosBatched elsewhere.
-enum class GemmPath { automatic, kokkos_kernels, tensor_core, host_tile };
+// CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64), the
+// register-blocked host tile GEMM (host execution spaces, every variant), or
+// the portable register-blocked fused kernel (every backend, fused variant:
+// fused_register_forward.hpp). automatic takes tensor cores where they can
+// run, the host tile GEMM on the host, the register-blocked kernel for the
+// fused variant on other backends, and KokkosBatched for the rest.
+enum class GemmPath { automatic, kokkos_kernels, tensor_core, host_tile, registers };
 const char* gemm_path_name(GemmPath g);
-GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore, hosttile
+GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore, hosttile, registers
 
 struct ForwardConfig {
   Variant variant = Variant::fused;

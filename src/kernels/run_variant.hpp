@@ -1,7 +1,8 @@
 // Runs one forward variant on Views that already live on the device: the
 // tensor-core kernel where it applies (and is not turned off), the TeamPolicy
-// kernels otherwise, with the host tile GEMM on host execution spaces unless
-// the portable KokkosBatched path is asked for. Shared by run_forward and the
+// kernels otherwise: the register-blocked fused kernel when asked for (and by
+// default for the fused variant off the host), the host tile GEMM on host
+// execution spaces unless the portable KokkosBatched path is asked for. Shared by run_forward and the
 // benchmark. The tensor-core kernel takes plain batches of the fused variant
 // only: a packed variable-length batch (or the recurrent variant) always runs
 // the TeamPolicy kernels.
@@ -9,6 +10,7 @@
 
 #include "kernels/forward.hpp"
 #include "kernels/fused_forward.hpp"
+#include "kernels/fused_register_forward.hpp"
 #include "kernels/materialized_forward.hpp"
 #include "kernels/recompute_forward.hpp"
 #include "kernels/recurrent_forward.hpp"
@@ -37,10 +39,23 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
   }
   if (config.gemm == GemmPath::host_tile && !host_execution)
     throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
+  const SequenceMap seqs = make_sequence_map(p);
+  using Acc = typename Views::acc_type;
+  const bool registers = config.gemm == GemmPath::registers ||
+                         (config.gemm == GemmPath::automatic && !host_execution &&
+                          register_forward_unavailable<In, Acc>(p, config).empty());
+  if (config.gemm == GemmPath::registers) {
+    const std::string why = register_forward_unavailable<In, Acc>(p, config);
+    if (!why.empty()) throw std::invalid_argument("--gemm registers is not available: " + why);
+  }
+  if (registers) {
+    run.plan = run_fused_registers(p, views, seqs, config.block_dv, config.team_size);
+    run.gemm = GemmPath::registers;
+    return run;
+  }
   const bool host_tiles = host_execution && config.gemm != GemmPath::kokkos_kernels;
   const TileGemm tiles = host_tiles ? TileGemm::host : TileGemm::portable;
   run.gemm = host_tiles ? GemmPath::host_tile : GemmPath::kokkos_kernels;
-  const SequenceMap seqs = make_sequence_map(p);
   switch (config.variant) {
     case Variant::fused: run.plan = run_fused(p, views, seqs, config.block_dv, config.team_size, tiles); break;
     case Variant::recompute: run.plan = run_recompute(p, views, seqs, config.block_dv, config.team_size, tiles); break;
