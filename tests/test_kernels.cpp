@@ -107,6 +107,34 @@ INSTANTIATE_TEST_SUITE_P(
              gemm_path_name(std::get<2>(info.param));
     });
 
+// The register-blocked kernel at the benchmark's tile shape (chunk 64, DK 128):
+// on a GPU a team of 256 threads with one tile each, block widths 32 and 16;
+// fp32 inputs stage 4-byte tiles, which no longer fit level 0 there.
+TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
+  Problem p;
+  p.B = 2; p.T = 200; p.H = 2; p.DK = 128; p.DV = 128; p.chunk = 64; p.scale = 0.088;
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    const auto in = random_inputs(p, dtype, 77, true);
+    const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                              s0 = in.initial_state.to_double();
+    const auto ref = reference::chunked(p, {q, k, v, &s0});
+    for (std::int64_t block_dv : {0, 16}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + " block_dv " + std::to_string(block_dv));
+      ForwardConfig cfg;
+      cfg.gemm = GemmPath::registers;
+      cfg.block_dv = block_dv;
+      cfg.output_fp32 = true;
+      cfg.poison_outputs = true;
+      const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state);
+      ASSERT_EQ(out.gemm, GemmPath::registers);
+      const double level = stored_level(dtype, DType::f32);
+      EXPECT_LE(relative_l2(out.o.to_double(), ref.o), level);
+      EXPECT_LE(relative_l2(out.h.to_double(), ref.h), level);
+      EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), level);
+    }
+  }
+}
+
 TEST(Kernels, RegisterPathRefusesOtherVariants) {
   Problem p;
   p.B = 1; p.T = 40; p.H = 1; p.DK = 16; p.DV = 16; p.chunk = 16;
