@@ -35,8 +35,9 @@ const Shape kShapes[] = {
 GemmPath automatic_path(Variant variant) {
 #if defined(KOKKOS_ENABLE_CUDA)
   // No shape here suits the tensor-core kernel (DK 64 or 128, chunk 64); the
-  // register-blocked kernel takes the fused variant off the host.
-  return variant == Variant::fused ? GemmPath::registers : GemmPath::kokkos_kernels;
+  // register-blocked kernels take fused and materialized off the host.
+  return variant == Variant::fused || variant == Variant::materialized ? GemmPath::registers
+                                                                       : GemmPath::kokkos_kernels;
 #else
   (void)variant;
   return GemmPath::host_tile;
@@ -97,17 +98,17 @@ INSTANTIATE_TEST_SUITE_P(
              gemm_path_name(std::get<2>(info.param));
     });
 
-// The portable register-blocked kernel exists for the fused variant only.
+// The portable register-blocked kernels exist for fused and materialized.
 INSTANTIATE_TEST_SUITE_P(
-    RegisterBlockedFused, KernelMatchesReference,
-    ::testing::Combine(::testing::Values(Variant::fused), ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
+    RegisterBlocked, KernelMatchesReference,
+    ::testing::Combine(::testing::Values(Variant::fused, Variant::materialized), ::testing::Values(DType::f64, DType::f32, DType::f16, DType::bf16),
                        ::testing::Values(GemmPath::registers)),
     [](const ::testing::TestParamInfo<KernelMatchesReference::ParamType>& info) {
       return std::string(variant_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param)) + "_" +
              gemm_path_name(std::get<2>(info.param));
     });
 
-// The register-blocked kernel at the benchmark's tile shape (chunk 64, DK 128):
+// The register-blocked kernels at the benchmark's tile shape (chunk 64, DK 128):
 // on a GPU a team of 256 threads with one tile each, block widths 32 and 16;
 // fp32 inputs stage 4-byte tiles, which no longer fit level 0 there.
 TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
@@ -118,9 +119,11 @@ TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
     const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
                               s0 = in.initial_state.to_double();
     const auto ref = reference::chunked(p, {q, k, v, &s0});
-    for (std::int64_t block_dv : {0, 16}) {
-      SCOPED_TRACE(std::string(dtype_name(dtype)) + " block_dv " + std::to_string(block_dv));
+    for (auto [variant, block_dv] : {std::pair{Variant::fused, 0}, std::pair{Variant::fused, 16},
+                                     std::pair{Variant::materialized, 0}}) {
+      SCOPED_TRACE(std::string(variant_name(variant)) + " " + dtype_name(dtype) + " block_dv " + std::to_string(block_dv));
       ForwardConfig cfg;
+      cfg.variant = variant;
       cfg.gemm = GemmPath::registers;
       cfg.block_dv = block_dv;
       cfg.output_fp32 = true;
@@ -140,13 +143,13 @@ TEST(Kernels, RegisterPathRefusesOtherVariants) {
   p.B = 1; p.T = 40; p.H = 1; p.DK = 16; p.DV = 16; p.chunk = 16;
   const auto in = random_inputs(p, DType::f32, 6, false);
   ForwardConfig cfg;
-  cfg.variant = Variant::materialized;
+  cfg.variant = Variant::recompute;
   cfg.gemm = GemmPath::registers;
   try {
     run_forward(p, cfg, in.q, in.k, in.v);
     ADD_FAILURE() << "expected std::invalid_argument";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("only the fused variant"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("only the fused and materialized variants"), std::string::npos) << e.what();
   }
 }
 

@@ -56,8 +56,9 @@ TEST_P(VarlenMatchesReference, LengthsAroundTheChunk) {
     expect_matches_reference(p, cfg, in);
     cfg.snapshots = SnapshotMode::none;  // materialized keeps them in an internal buffer of the packed layout
     expect_matches_reference(p, cfg, in);
-    if (variant == Variant::fused) {  // the register-blocked kernel walks the same sequences
+    if (variant == Variant::fused || variant == Variant::materialized) {  // the register-blocked kernels too
       cfg = ForwardConfig{};
+      cfg.variant = variant;
       cfg.gemm = GemmPath::registers;
       expect_matches_reference(p, cfg, in);
       cfg.block_dv = 16;

@@ -24,10 +24,10 @@ SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16,
 // How tile products are computed: the portable KokkosBatched team GEMMs, the
 // CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64), the
 // register-blocked host tile GEMM (host execution spaces, every variant), or
-// the portable register-blocked fused kernel (every backend, fused variant:
-// fused_register_forward.hpp). automatic takes tensor cores where they can
-// run, the host tile GEMM on the host, the register-blocked kernel for the
-// fused variant on other backends, and KokkosBatched for the rest.
+// the portable register-blocked kernels (every backend; fused and
+// materialized: register_tiles.hpp). automatic takes tensor cores where they
+// can run, the host tile GEMM on the host, the register-blocked kernels for
+// fused and materialized on other backends, and KokkosBatched for the rest.
 enum class GemmPath { automatic, kokkos_kernels, tensor_core, host_tile, registers };
 const char* gemm_path_name(GemmPath g);
 GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore, hosttile, registers

@@ -1,7 +1,7 @@
 // Runs one forward variant on Views that already live on the device: the
 // tensor-core kernel where it applies (and is not turned off), the TeamPolicy
-// kernels otherwise: the register-blocked fused kernel when asked for (and by
-// default for the fused variant off the host), the host tile GEMM on host
+// kernels otherwise: the register-blocked kernels when asked for (and by
+// default for the fused and materialized variants off the host), the host tile GEMM on host
 // execution spaces unless the portable KokkosBatched path is asked for. Shared by run_forward and the
 // benchmark. The tensor-core kernel takes plain batches of the fused variant
 // only: a packed variable-length batch (or the recurrent variant) always runs
@@ -10,7 +10,7 @@
 
 #include "kernels/forward.hpp"
 #include "kernels/fused_forward.hpp"
-#include "kernels/fused_register_forward.hpp"
+#include "kernels/materialized_register_forward.hpp"
 #include "kernels/materialized_forward.hpp"
 #include "kernels/recompute_forward.hpp"
 #include "kernels/recurrent_forward.hpp"
@@ -49,7 +49,9 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
     if (!why.empty()) throw std::invalid_argument("--gemm registers is not available: " + why);
   }
   if (registers) {
-    run.plan = run_fused_registers(p, views, seqs, config.block_dv, config.team_size);
+    run.plan = config.variant == Variant::fused
+                   ? run_fused_registers(p, views, seqs, config.block_dv, config.team_size)
+                   : run_materialized_registers(p, views, seqs, config.block_dv, config.team_size);
     run.gemm = GemmPath::registers;
     return run;
   }

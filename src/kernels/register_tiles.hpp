@@ -1,0 +1,366 @@
+// The building blocks of the portable register-blocked kernels (`--gemm
+// registers`, every Kokkos backend): one chunk of one head staged in team
+// scratch in the input type, and the chunk's products computed on 4 x 4
+// register tiles that each thread of the team owns.
+//   - q, k, v are staged in their input type (bf16: half the bytes of fp32),
+//     so that a chunk, the published state and the scores fit the ~40 KB of
+//     level-0 scratch a CUDA team gets (DESIGN.md 7); fp32 tiles would need
+//     150+ KB and fall back to level-1 scratch in device memory;
+//   - every operand moves as a quad (four consecutive elements, one aligned
+//     8- or 16-byte load), K is staged transposed so that the keys of a tile
+//     are consecutive, and rows are padded to an odd number of quads so that
+//     neighbouring rows fall on different banks;
+//   - staging loads are batched (kBatch per thread before their stores), so
+//     that their device-memory latencies overlap.
+// Scratch regions, reused within a chunk:
+//   R1: Q [C][DK] (input type), then the scores A [C][C] (accumulation type)
+//   R2: K^T [DK][C] (input type), then the state S [DK][W] (accumulation type)
+//   R3: V [C][W] (input type)
+// Elements past DK, W or the chunk's L tokens are staged as zeros, so that
+// whole quads and tiles can be computed without bounds checks.
+#pragma once
+
+#include "core/half_types.hpp"
+#include "core/problem.hpp"
+#include "kernels/execution.hpp"
+#include "kernels/scratch_plan.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace linattn {
+namespace register_tiles {
+
+constexpr int kTile = 4;  // every register tile is kTile x kTile
+
+// Tiles one thread holds per product. On a GPU a team of up to kGpuTeam
+// threads with one tile each of S, dS, A and O keeps 64 values in registers;
+// on the host a team is one thread (Serial), which then holds them all (on its
+// stack).
+constexpr int kGpuTeam = 256;
+constexpr int kStateSlots = host_execution ? 256 : 1;
+constexpr int kScoreSlots = host_execution ? 1024 : 1;
+constexpr int kOutputSlots = host_execution ? 256 : 1;
+
+KOKKOS_INLINE_FUNCTION constexpr int tiles(int n) { return (n + kTile - 1) / kTile; }
+KOKKOS_INLINE_FUNCTION constexpr int round4(int n) { return tiles(n) * kTile; }
+
+// Four consecutive elements, moved with one aligned load or store (8 bytes
+// for bf16, 16 for fp32; alignment capped at 16 bytes, the widest load a GPU
+// has: fp64 quads move as two 16-byte halves).
+template <class T>
+struct alignas(4 * sizeof(T) < 16 ? 4 * sizeof(T) : 16) Quad {
+  T v[4];
+};
+template <class T>
+KOKKOS_INLINE_FUNCTION Quad<T> load_quad(const T* p) {
+  return *reinterpret_cast<const Quad<T>*>(p);
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION void store_quad(T* p, const Quad<T>& q) {
+  *reinterpret_cast<Quad<T>*>(p) = q;
+}
+template <class View>
+bool quad_aligned(const View& view) {
+  using T = typename View::non_const_value_type;
+  return reinterpret_cast<std::uintptr_t>(view.data()) % alignof(Quad<T>) == 0;
+}
+
+// A row stride (elements) for rows of n elements: a multiple of 4 (quads stay
+// aligned) that is an odd number of quads, so that rows 1, 2, 3 ... apart
+// start on different banks.
+inline int padded_stride(int n) {
+  const int q = tiles(n);
+  return kTile * (q % 2 == 1 ? q : q + 1);
+}
+
+inline std::size_t align16(std::size_t x) { return (x + 15) / 16 * 16; }
+constexpr std::size_t kScratchAlignment = 16;  // slack for get_shmem_aligned
+
+// Where the three scratch regions start and how their rows are strided.
+struct Layout {
+  int q_stride, kt_stride, v_stride, a_stride, s_stride;  // elements
+  std::size_t r2, r3, bytes;                               // byte offsets of R2 and R3, total
+};
+
+template <class In, class Acc>
+Layout make_layout(int C, int DK, int W) {
+  Layout l;
+  l.q_stride = padded_stride(DK);
+  l.kt_stride = padded_stride(C);
+  l.v_stride = padded_stride(W);
+  l.a_stride = padded_stride(C);
+  l.s_stride = padded_stride(W);
+  const std::size_t q = std::size_t(C) * l.q_stride * sizeof(In), a = std::size_t(C) * l.a_stride * sizeof(Acc);
+  const std::size_t kt = std::size_t(round4(DK)) * l.kt_stride * sizeof(In);
+  const std::size_t st = std::size_t(round4(DK)) * l.s_stride * sizeof(Acc);
+  const std::size_t r1 = align16(std::max(q, a)), r2 = align16(std::max(kt, st));
+  l.r2 = r1;
+  l.r3 = r1 + r2;
+  l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In));
+  return l;
+}
+
+// The block width and team size: the widest of DV, 128, 64, 32, 16, 8, 4
+// whose tiles fit the team's register slots and whose regions fit level-0
+// scratch (block_dv > 0 asks for one width); when no width fits level 0 (fp32
+// and fp64 inputs stage 4-8 byte tiles), the widest that fits the team, on
+// level 1. team_size 0 takes the smallest team (a multiple of 32) that holds
+// every tile; on a host backend the team is one thread.
+struct Plan {
+  ScratchPlan scratch;
+  int team_size = 0;
+  std::string unavailable;  // why no plan exists (then scratch is empty)
+};
+
+template <class In, class Acc>
+Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size) {
+  const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV);
+  std::vector<int> widths;
+  if (block_dv > 0) {
+    widths.push_back(static_cast<int>(std::min<std::int64_t>(block_dv, DV)));
+  } else {
+    widths.push_back(DV);
+    for (int w : {128, 64, 32, 16, 8, 4})
+      if (w < DV) widths.push_back(w);
+  }
+  const int max_team = host_execution ? 1 : kGpuTeam;
+  const std::size_t max0 = static_cast<std::size_t>(TeamPolicy::scratch_size_max(0));
+  const std::size_t max1 = static_cast<std::size_t>(TeamPolicy::scratch_size_max(1));
+  auto need = [](int tiles_, int slots) { return (tiles_ + slots - 1) / slots; };
+  Plan level1, none;
+  for (int w : widths) {
+    const std::size_t bytes = make_layout<In, Acc>(C, DK, w).bytes + kScratchAlignment;
+    const int needed = std::max({need(tiles(DK) * tiles(w), kStateSlots), need(tiles(C) * tiles(C), kScoreSlots),
+                                 need(tiles(C) * tiles(w), kOutputSlots)});
+    const int ts = team_size > 0 ? team_size : (host_execution ? 1 : (needed + 31) / 32 * 32);
+    if (needed > ts || ts > max_team) {
+      if (none.unavailable.empty())
+        none.unavailable = "block_dv " + std::to_string(w) + " at chunk " + std::to_string(C) + ", DK " +
+                           std::to_string(DK) + " needs a team of " + std::to_string(needed) + " threads" +
+                           (host_execution ? " (a host team is one thread)"
+                                           : ", more than " + std::to_string(team_size > 0 ? ts : max_team));
+      continue;
+    }
+    if (bytes <= max0) return {{0, w, bytes}, ts, {}};
+    if (level1.team_size == 0 && bytes <= max1) level1 = {{1, w, bytes}, ts, {}};
+  }
+  if (level1.team_size > 0) return level1;
+  if (none.unavailable.empty()) none.unavailable = "the tiles need more team scratch than the backend offers";
+  return none;
+}
+
+// A thread's 4 x 4 register tile.
+template <class Acc>
+using RegTile = Acc[kTile][kTile];
+
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void zero(RegTile<Acc>& t) {
+  for (int x = 0; x < kTile; ++x)
+    for (int y = 0; y < kTile; ++y) t[x][y] = Acc(0);
+}
+
+// One team's view of one chunk in scratch, and the tile products on it. Tile
+// numbering: state tile s covers S rows 4 (s / wt).., columns 4 (s % wt)..;
+// score tile a covers A rows 4 (a / ct).., keys 4 (a % ct)..; output tile o
+// covers o rows 4 (o / wt).., columns 4 (o % wt).., with wt = tiles(W), ct = tiles(C).
+template <class In, class Acc>
+struct ChunkTiles {
+  static constexpr int R = kTile;
+  static constexpr int kBatch = 8;  // staging loads in flight per thread before their stores
+  In* q_s;
+  Acc* a_s;
+  In* kt_s;
+  Acc* s_s;
+  In* v_s;
+  int qs, ks, vs, as, ss;
+  int DK, DK4, C, W, wt, ct, rank, TS;
+  int state_tiles, score_tiles, output_tiles;
+
+  KOKKOS_INLINE_FUNCTION ChunkTiles(const Member& m, int level, const Layout& lay, int DK_, int C_, int W_)
+      : qs(lay.q_stride), ks(lay.kt_stride), vs(lay.v_stride), as(lay.a_stride), ss(lay.s_stride), DK(DK_),
+        DK4(round4(DK_)), C(C_), W(W_), wt(tiles(W_)), ct(tiles(C_)), rank(m.team_rank()), TS(m.team_size()) {
+    char* base = static_cast<char*>(m.team_scratch(level).get_shmem_aligned(lay.bytes, kScratchAlignment));
+    q_s = reinterpret_cast<In*>(base);
+    a_s = reinterpret_cast<Acc*>(base);
+    kt_s = reinterpret_cast<In*>(base + lay.r2);
+    s_s = reinterpret_cast<Acc*>(base + lay.r2);
+    v_s = reinterpret_cast<In*>(base + lay.r3);
+    state_tiles = tiles(DK) * wt;
+    score_tiles = ct * ct;
+    output_tiles = ct * wt;
+  }
+
+  // The u-th tile of this thread, or -1 past the last tile.
+  KOKKOS_INLINE_FUNCTION int my_tile(int u, int count) const {
+    const int t = rank + u * TS;
+    return t < count ? t : -1;
+  }
+
+  // Copies rows [0, C) x quads [0, quads) of a token tile into scratch with
+  // load(i, quad) -> Quad<In> and store(i, quad, Quad<In>).
+  template <class Load, class Store>
+  KOKKOS_INLINE_FUNCTION void stage(int quads, const Load& load, const Store& store) const {
+    const int n = C * quads;
+    for (int base = rank; base < n; base += TS * kBatch) {
+      Quad<In> tmp[kBatch];
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = base + u * TS;
+        if (e < n) tmp[u] = load(e / quads, e % quads);
+      }
+      for (int u = 0; u < kBatch; ++u) {
+        const int e = base + u * TS;
+        if (e < n) store(e / quads, e % quads, tmp[u]);
+      }
+    }
+  }
+
+  // Four elements of x(b, t, h, col..), zero past column `cols`.
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION static Quad<In> token_quad(const View4& x, int b, int t, int h, int col, int cols,
+                                                    bool as_quad) {
+    if (as_quad && col + R <= cols) return load_quad(&x(b, t, h, col));
+    Quad<In> q;
+    for (int e = 0; e < R; ++e) q.v[e] = col + e < cols ? x(b, t, h, col + e) : In{};
+    return q;
+  }
+
+  // Stages tokens t0.. t0+L-1 of head h: Q and K^T (rows of q, k; columns 0..DK), V (columns d0..d0+W).
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_q(const View4& q, int b, int t0, int L, int h, bool quad) const {
+    stage(
+        DK4 / R, [&](int i, int qd) { return i < L ? token_quad(q, b, t0 + i, h, R * qd, DK, quad) : Quad<In>{}; },
+        [&](int i, int qd, const Quad<In>& x) { store_quad(q_s + i * qs + R * qd, x); });
+  }
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_kt(const View4& k, int b, int t0, int L, int h, bool quad) const {
+    stage(
+        DK4 / R, [&](int i, int qd) { return i < L ? token_quad(k, b, t0 + i, h, R * qd, DK, quad) : Quad<In>{}; },
+        [&](int i, int qd, const Quad<In>& x) {
+          for (int e = 0; e < R; ++e) kt_s[(R * qd + e) * ks + i] = x.v[e];
+        });
+  }
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_v(const View4& v, int b, int t0, int L, int h, int d0, bool quad) const {
+    stage(
+        wt, [&](int i, int qj) { return i < L ? token_quad(v, b, t0 + i, h, d0 + R * qj, d0 + W, quad) : Quad<In>{}; },
+        [&](int i, int qj, const Quad<In>& x) { store_quad(v_s + i * vs + R * qj, x); });
+  }
+
+  // ds = K^T V over the chunk's first L4 keys (a multiple of 4), for state tile `tile`.
+  KOKKOS_INLINE_FUNCTION void state_update(RegTile<Acc>& ds, int tile, int L4) const {
+    zero(ds);
+    if (tile < 0) return;
+    const int dr = R * (tile / wt), jc = R * (tile % wt);
+    for (int t = 0; t < L4; t += R) {
+      Quad<In> kq[R], vq[R];
+      for (int x = 0; x < R; ++x) kq[x] = load_quad(kt_s + (dr + x) * ks + t);
+      for (int e = 0; e < R; ++e) vq[e] = load_quad(v_s + (t + e) * vs + jc);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) ds[x][y] += to_acc<Acc>(kq[x].v[e]) * to_acc<Acc>(vq[e].v[y]);
+    }
+  }
+
+  // Whether score tile `tile` is computed and read: on or below the diagonal, rows before L.
+  KOKKOS_INLINE_FUNCTION bool score_needed(int tile, int L) const {
+    if (tile < 0) return false;
+    const int ir = R * (tile / ct), tc = R * (tile % ct);
+    return tc <= ir && ir < L;
+  }
+
+  // a = scale Q K^T, zero above the diagonal (causal mask: zero, no softmax).
+  KOKKOS_INLINE_FUNCTION void scores(RegTile<Acc>& a, int tile, int L, Acc scale) const {
+    zero(a);
+    if (!score_needed(tile, L)) return;
+    const int ir = R * (tile / ct), tc = R * (tile % ct);
+    for (int d = 0; d < DK4; d += R) {
+      Quad<In> qq[R], kq[R];
+      for (int x = 0; x < R; ++x) qq[x] = load_quad(q_s + (ir + x) * qs + d);
+      for (int e = 0; e < R; ++e) kq[e] = load_quad(kt_s + (d + e) * ks + tc);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) a[x][y] += to_acc<Acc>(qq[x].v[e]) * to_acc<Acc>(kq[e].v[y]);
+    }
+    for (int x = 0; x < R; ++x)
+      for (int y = 0; y < R; ++y) a[x][y] = tc + y <= ir + x ? scale * a[x][y] : Acc(0);
+  }
+
+  // R2 (after K^T's last read) takes state tile `tile` from registers.
+  KOKKOS_INLINE_FUNCTION void publish_state(const RegTile<Acc>& s, int tile) const {
+    if (tile < 0) return;
+    const int dr = R * (tile / wt), jc = R * (tile % wt);
+    for (int x = 0; x < R; ++x) {
+      Quad<Acc> row;
+      for (int y = 0; y < R; ++y) row.v[y] = s[x][y];
+      store_quad(s_s + (dr + x) * ss + jc, row);
+    }
+  }
+
+  // o = Q S (S from R2) for output tile `tile`.
+  KOKKOS_INLINE_FUNCTION void output_from_state(RegTile<Acc>& o, int tile, int L) const {
+    zero(o);
+    if (tile < 0) return;
+    const int ir = R * (tile / wt), jc = R * (tile % wt);
+    if (ir >= L) return;
+    for (int d = 0; d < DK4; d += R) {
+      Quad<In> qq[R];
+      Quad<Acc> sq[R];
+      for (int x = 0; x < R; ++x) qq[x] = load_quad(q_s + (ir + x) * qs + d);
+      for (int e = 0; e < R; ++e) sq[e] = load_quad(s_s + (d + e) * ss + jc);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) o[x][y] += to_acc<Acc>(qq[x].v[e]) * sq[e].v[y];
+    }
+  }
+
+  // R1 (after Q's last read) takes score tile `tile` from registers.
+  KOKKOS_INLINE_FUNCTION void publish_scores(const RegTile<Acc>& a, int tile, int L) const {
+    if (!score_needed(tile, L)) return;
+    const int ir = R * (tile / ct), tc = R * (tile % ct);
+    for (int x = 0; x < R; ++x) {
+      Quad<Acc> row;
+      for (int y = 0; y < R; ++y) row.v[y] = a[x][y];
+      store_quad(a_s + (ir + x) * as + tc, row);
+    }
+  }
+
+  // o = scale o + A V over the keys up to the tile's rows, rounded once into
+  // out(b, t0 + row, h, d0 + column) for rows < L and columns < W.
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void finish_output(RegTile<Acc>& o, int tile, int L, Acc scale, const View4& out, int b,
+                                            int t0, int h, int d0, bool quad) const {
+    using Out = typename View4::non_const_value_type;
+    if (tile < 0) return;
+    const int ir = R * (tile / wt), jc = R * (tile % wt), L4 = round4(L);
+    if (ir >= L) return;
+    const int keys = ir + R < L4 ? ir + R : L4;
+    for (int x = 0; x < R; ++x)
+      for (int y = 0; y < R; ++y) o[x][y] *= scale;  // A carries its scale already
+    for (int t = 0; t < keys; t += R) {
+      Quad<Acc> aq[R];
+      Quad<In> vq[R];
+      for (int x = 0; x < R; ++x) aq[x] = load_quad(a_s + (ir + x) * as + t);
+      for (int e = 0; e < R; ++e) vq[e] = load_quad(v_s + (t + e) * vs + jc);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) o[x][y] += aq[x].v[e] * to_acc<Acc>(vq[e].v[y]);
+    }
+    for (int x = 0; x < R && ir + x < L; ++x) {
+      Out* row = &out(b, t0 + ir + x, h, d0 + jc);
+      if (quad && jc + R <= W) {
+        Quad<Out> qo;
+        for (int y = 0; y < R; ++y) qo.v[y] = from_acc<Out>(o[x][y]);
+        store_quad(row, qo);
+      } else {
+        for (int y = 0; y < R && jc + y < W; ++y) row[y] = from_acc<Out>(o[x][y]);
+      }
+    }
+  }
+};
+
+}  // namespace register_tiles
+}  // namespace linattn
