@@ -25,11 +25,13 @@ for step in $steps; do
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;
-    registers)  # the portable register-blocked fused kernel: block widths and team sizes, measured
-      for cfg in "--block-dv 32" "--block-dv 32 --team-size 512" "--block-dv 16" "--block-dv 16 --team-size 256"; do
-        "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --shape 1,32768,32,128 --variants fused --gemm registers \
-          $cfg --reps 5 --warmup 1 2>&1
-      done | tee "$LOGS/bench-registers.txt" ;;
+    registers)  # the portable register-blocked kernels, and their state pass alone (ncu) beside DESIGN.md's lead
+      "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --shape 1,32768,32,128 --variants fused,materialized \
+        --gemm registers --reps 5 --warmup 1 --json "$LOGS/bench-registers.json" 2>&1 | tee "$LOGS/bench-registers.txt"
+      ncu --clock-control none --kernel-name-base demangled -k regex:RegisterStatePass -c 1 \
+        --metrics gpu__time_duration.sum "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants materialized \
+        --gemm registers --reps 1 --warmup 0 2>&1 | grep -E "gpu__time_duration|StatePass" | cut -c1-160 |
+        tee -a "$LOGS/bench-registers.txt" ;;
     scaling)  # recompute grows ~T^2, fused and materialized ~T (B=1, H=32, D=128)
       "$GPU_DIR/linattn" bench --shape 1,4096,32,128 --shape 1,16384,32,128 --shape 1,32768,32,128 \
         --variants fused,materialized,recompute --gemm kokkoskernels --reps 1 --warmup 1 \

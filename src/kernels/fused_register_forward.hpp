@@ -70,7 +70,10 @@ struct FusedRegisterForward {
       tl.stage_kt(views.k, b, t0, L, h, quad_qk);
       tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
       m.team_barrier();
-      for (int u = 0; u < kS; ++u) tl.state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
+      for (int u = 0; u < kS; ++u) {
+        register_tiles::zero(ds[u]);
+        tl.add_state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
+      }
       for (int u = 0; u < kA; ++u) tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
       m.team_barrier();  // K^T is no longer read: R2 takes the state before this chunk
       for (int u = 0; u < kS; ++u) tl.publish_state(s[u], tl.my_tile(u, tl.state_tiles));

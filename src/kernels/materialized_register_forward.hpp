@@ -11,6 +11,15 @@
 
 namespace linattn {
 
+// The state pass holds one tile of S per thread and little else: four teams
+// per SM (at most 64 registers per thread) put a league of 512 teams in one
+// wave on the H200's 132 SMs.
+#ifndef LINATTN_STATE_PASS_MIN_TEAMS
+#define LINATTN_STATE_PASS_MIN_TEAMS 4
+#endif
+using StatePassPolicy =
+    Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, LINATTN_STATE_PASS_MIN_TEAMS>>;
+
 template <class Views, class Snapshots>
 struct MaterializedRegisterStatePass {
   using In = typename Views::input_type;
@@ -34,7 +43,7 @@ struct MaterializedRegisterStatePass {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     const Tiles tl(m, level, lay, DK, C, W);
     const bool has_initial = views.initial_state.extent(0) > 0;
-    register_tiles::RegTile<Acc> s[kS], ds[kS];
+    register_tiles::RegTile<Acc> s[kS];
     int dr[kS], jc[kS];
     for (int u = 0; u < kS; ++u) {
       const int tile = tl.my_tile(u, tl.state_tiles);
@@ -56,11 +65,7 @@ struct MaterializedRegisterStatePass {
           for (int y = 0; y < R && jc[u] + y < W; ++y)
             snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u] + y) = from_acc<Snap>(s[u][x][y]);
       m.team_barrier();
-      for (int u = 0; u < kS; ++u) {
-        tl.state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
-        for (int x = 0; x < R; ++x)
-          for (int y = 0; y < R; ++y) s[u][x][y] += ds[u][x][y];
-      }
+      for (int u = 0; u < kS; ++u) tl.add_state_update(s[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
     }
     for (int u = 0; u < kS; ++u)
       for (int x = 0; x < R && dr[u] + x < DK; ++x)
@@ -136,7 +141,7 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
                                                            plan.scratch.level, lay, quad_qk, quad_v};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     Kokkos::parallel_for("linattn::materialized_registers_states",
-                         RegisterPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
+                         StatePassPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");

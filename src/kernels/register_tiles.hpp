@@ -200,20 +200,19 @@ struct ChunkTiles {
     return t < count ? t : -1;
   }
 
-  // Copies rows [0, C) x quads [0, quads) of a token tile into scratch with
-  // load(i, quad) -> Quad<In> and store(i, quad, Quad<In>).
+  // Moves n quads into scratch: load(e) -> Quad<In>, then store(e, quad), for
+  // e = rank, rank + TS, ...
   template <class Load, class Store>
-  KOKKOS_INLINE_FUNCTION void stage(int quads, const Load& load, const Store& store) const {
-    const int n = C * quads;
+  KOKKOS_INLINE_FUNCTION void stage(int n, const Load& load, const Store& store) const {
     for (int base = rank; base < n; base += TS * kBatch) {
       Quad<In> tmp[kBatch];
       for (int u = 0; u < kBatch; ++u) {
         const int e = base + u * TS;
-        if (e < n) tmp[u] = load(e / quads, e % quads);
+        if (e < n) tmp[u] = load(e);
       }
       for (int u = 0; u < kBatch; ++u) {
         const int e = base + u * TS;
-        if (e < n) store(e / quads, e % quads, tmp[u]);
+        if (e < n) store(e, tmp[u]);
       }
     }
   }
@@ -231,28 +230,43 @@ struct ChunkTiles {
   // Stages tokens t0.. t0+L-1 of head h: Q and K^T (rows of q, k; columns 0..DK), V (columns d0..d0+W).
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_q(const View4& q, int b, int t0, int L, int h, bool quad) const {
+    const int quads = DK4 / R;  // row by row: neighbouring threads take neighbouring quads of a row
     stage(
-        DK4 / R, [&](int i, int qd) { return i < L ? token_quad(q, b, t0 + i, h, R * qd, DK, quad) : Quad<In>{}; },
-        [&](int i, int qd, const Quad<In>& x) { store_quad(q_s + i * qs + R * qd, x); });
+        C * quads,
+        [&](int e) { return e / quads < L ? token_quad(q, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
+        [&](int e, const Quad<In>& x) { store_quad(q_s + (e / quads) * qs + R * (e % quads), x); });
   }
+  // K is transposed on the way in, so neighbouring threads take 8 neighbouring
+  // tokens (one 32-byte sector of each of 8 rows of k) and write 8 neighbouring
+  // columns of K^T: taking whole rows of k instead (as stage_q does) put every
+  // thread of a warp on the same few banks of K^T (8-way conflicts).
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_kt(const View4& k, int b, int t0, int L, int h, bool quad) const {
+    constexpr int kRun = 8;  // tokens per run; C is a multiple of 8 (16, 32, 64 or 128)
+    const int quads = DK4 / R;
+    auto token = [&](int e) { return kRun * (e / (kRun * quads)) + e % kRun; };
+    auto quad_column = [&](int e) { return (e / kRun) % quads; };
     stage(
-        DK4 / R, [&](int i, int qd) { return i < L ? token_quad(k, b, t0 + i, h, R * qd, DK, quad) : Quad<In>{}; },
-        [&](int i, int qd, const Quad<In>& x) {
-          for (int e = 0; e < R; ++e) kt_s[(R * qd + e) * ks + i] = x.v[e];
+        C * quads,
+        [&](int e) {
+          return token(e) < L ? token_quad(k, b, t0 + token(e), h, R * quad_column(e), DK, quad) : Quad<In>{};
+        },
+        [&](int e, const Quad<In>& x) {
+          for (int j = 0; j < R; ++j) kt_s[(R * quad_column(e) + j) * ks + token(e)] = x.v[j];
         });
   }
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_v(const View4& v, int b, int t0, int L, int h, int d0, bool quad) const {
     stage(
-        wt, [&](int i, int qj) { return i < L ? token_quad(v, b, t0 + i, h, d0 + R * qj, d0 + W, quad) : Quad<In>{}; },
-        [&](int i, int qj, const Quad<In>& x) { store_quad(v_s + i * vs + R * qj, x); });
+        C * wt,
+        [&](int e) {
+          return e / wt < L ? token_quad(v, b, t0 + e / wt, h, d0 + R * (e % wt), d0 + W, quad) : Quad<In>{};
+        },
+        [&](int e, const Quad<In>& x) { store_quad(v_s + (e / wt) * vs + R * (e % wt), x); });
   }
 
-  // ds = K^T V over the chunk's first L4 keys (a multiple of 4), for state tile `tile`.
-  KOKKOS_INLINE_FUNCTION void state_update(RegTile<Acc>& ds, int tile, int L4) const {
-    zero(ds);
+  // ds += K^T V over the chunk's first L4 keys (a multiple of 4), for state tile `tile`.
+  KOKKOS_INLINE_FUNCTION void add_state_update(RegTile<Acc>& ds, int tile, int L4) const {
     if (tile < 0) return;
     const int dr = R * (tile / wt), jc = R * (tile % wt);
     for (int t = 0; t < L4; t += R) {
