@@ -14,7 +14,8 @@
 //     that their device-memory latencies overlap.
 // Scratch regions, reused within a chunk:
 //   R1: Q [C][DK] (input type), then the scores A [C][C] (accumulation type)
-//   R2: K^T [DK][C] (input type), then the state S [DK][W] (accumulation type)
+//   R2: K^T [DK][C] (input type; the state pass: K [C][DK]), then the state S
+//       [DK][W] (accumulation type)
 //   R3: V [C][W] (input type)
 // Elements past DK, W or the chunk's L tokens are staged as zeros, so that
 // whole quads and tiles can be computed without bounds checks.
@@ -97,7 +98,7 @@ Layout make_layout(int C, int DK, int W) {
   const std::size_t q = std::size_t(C) * l.q_stride * sizeof(In), a = std::size_t(C) * l.a_stride * sizeof(Acc);
   const std::size_t kt = std::size_t(round4(DK)) * l.kt_stride * sizeof(In);
   const std::size_t st = std::size_t(round4(DK)) * l.s_stride * sizeof(Acc);
-  const std::size_t r1 = align16(std::max(q, a)), r2 = align16(std::max(kt, st));
+  const std::size_t r1 = align16(std::max(q, a)), r2 = align16(std::max({kt, st, q}));  // R2 also takes K by rows
   l.r2 = r1;
   l.r3 = r1 + r2;
   l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In));
@@ -236,24 +237,28 @@ struct ChunkTiles {
         [&](int e) { return e / quads < L ? token_quad(q, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
         [&](int e, const Quad<In>& x) { store_quad(q_s + (e / quads) * qs + R * (e % quads), x); });
   }
-  // K is transposed on the way in, so neighbouring threads take 8 neighbouring
-  // tokens (one 32-byte sector of each of 8 rows of k) and write 8 neighbouring
-  // columns of K^T: taking whole rows of k instead (as stage_q does) put every
-  // thread of a warp on the same few banks of K^T (8-way conflicts).
+  // K transposed (for the scores, whose tiles take four consecutive keys).
+  // Measured on the H200: staging it by runs of 8 tokens, so that a warp's
+  // scalar stores into K^T avoid bank conflicts, made the fused kernel 3%
+  // slower and the state pass 11% slower than this row-by-row order.
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_kt(const View4& k, int b, int t0, int L, int h, bool quad) const {
-    constexpr int kRun = 8;  // tokens per run; C is a multiple of 8 (16, 32, 64 or 128)
     const int quads = DK4 / R;
-    auto token = [&](int e) { return kRun * (e / (kRun * quads)) + e % kRun; };
-    auto quad_column = [&](int e) { return (e / kRun) % quads; };
     stage(
         C * quads,
-        [&](int e) {
-          return token(e) < L ? token_quad(k, b, t0 + token(e), h, R * quad_column(e), DK, quad) : Quad<In>{};
-        },
+        [&](int e) { return e / quads < L ? token_quad(k, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
         [&](int e, const Quad<In>& x) {
-          for (int j = 0; j < R; ++j) kt_s[(R * quad_column(e) + j) * ks + token(e)] = x.v[j];
+          for (int j = 0; j < R; ++j) kt_s[(R * (e % quads) + j) * ks + e / quads] = x.v[j];
         });
+  }
+  // K by rows into R2 with Q's row stride, for the state pass (which needs no K^T).
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_k_rows(const View4& k, int b, int t0, int L, int h, bool quad) const {
+    const int quads = DK4 / R;
+    stage(
+        C * quads,
+        [&](int e) { return e / quads < L ? token_quad(k, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
+        [&](int e, const Quad<In>& x) { store_quad(kt_s + (e / quads) * qs + R * (e % quads), x); });
   }
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_v(const View4& v, int b, int t0, int L, int h, int d0, bool quad) const {
@@ -276,6 +281,20 @@ struct ChunkTiles {
       for (int e = 0; e < R; ++e)
         for (int x = 0; x < R; ++x)
           for (int y = 0; y < R; ++y) ds[x][y] += to_acc<Acc>(kq[x].v[e]) * to_acc<Acc>(vq[e].v[y]);
+    }
+  }
+
+  // ds += K^T V as add_state_update does, with K staged by rows (stage_k_rows).
+  KOKKOS_INLINE_FUNCTION void add_state_update_k_rows(RegTile<Acc>& ds, int tile, int L4) const {
+    if (tile < 0) return;
+    const int dr = R * (tile / wt), jc = R * (tile % wt);
+    for (int t = 0; t < L4; t += R) {
+      Quad<In> kq[R], vq[R];
+      for (int e = 0; e < R; ++e) kq[e] = load_quad(kt_s + (t + e) * qs + dr);
+      for (int e = 0; e < R; ++e) vq[e] = load_quad(v_s + (t + e) * vs + jc);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) ds[x][y] += to_acc<Acc>(kq[e].v[x]) * to_acc<Acc>(vq[e].v[y]);
     }
   }
 
