@@ -31,32 +31,6 @@ struct MaterializedRegisterStatePass {
   register_tiles::Layout lay;
   bool quad_qk, quad_v;
 
-  // This thread's quads of chunk c: K by rows (quads e < nk), then V; rows
-  // past the chunk's end are zero. Only for rows that move as whole quads.
-  KOKKOS_FORCEINLINE_FUNCTION void fetch_quads(register_tiles::Quad<In> (&next)[kPrefetch], const Tiles& tl,
-                                               const Sequence& seq, int c, int b, int h, int d0, int kq, int nk,
-                                               int nq) const {
-    const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
-    LINATTN_UNROLL
-    for (int u = 0; u < kPrefetch; ++u) {
-      const int e = tl.rank + u * tl.TS;
-      const bool is_k = e < nk;
-      const int f = is_k ? e : e - nk, per_row = is_k ? kq : tl.wt, row = f / per_row, col = R * (f % per_row);
-      const In* src = is_k ? &views.k(b, t0 + (row < L ? row : 0), h, col) : &views.v(b, t0 + (row < L ? row : 0), h, d0 + col);
-      if (e < nq) next[u] = row < L ? register_tiles::load_quad(src) : register_tiles::Quad<In>{};
-    }
-  }
-  // ... placed as stage_k_rows and stage_v place them.
-  KOKKOS_FORCEINLINE_FUNCTION static void place_quads(const register_tiles::Quad<In> (&next)[kPrefetch],
-                                                      const Tiles& tl, int kq, int nk, int nq) {
-    LINATTN_UNROLL
-    for (int u = 0; u < kPrefetch; ++u) {
-      const int e = tl.rank + u * tl.TS, f = e - nk;
-      if (e < nk) register_tiles::store_quad(tl.kt_s + (e / kq) * tl.qs + R * (e % kq), next[u]);
-      else if (e < nq) register_tiles::store_quad(tl.v_s + (f / tl.wt) * tl.vs + R * (f % tl.wt), next[u]);
-    }
-  }
-
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
     const int n = nh / H, h = nh % H;
@@ -80,10 +54,27 @@ struct MaterializedRegisterStatePass {
     // The next chunk's loads are issued before this chunk's products, so that
     // their device-memory latency hides behind them.
     const int kq = tl.DK4 / R, nk = C * kq, nq = nk + C * tl.wt;
-    const bool prefetch = quad_qk && quad_v && nq <= tl.TS * kPrefetch;
+    const bool prefetch = nq <= tl.TS * kPrefetch;
     register_tiles::Quad<In> next[kPrefetch];
-    auto fetch = [&](int c) { fetch_quads(next, tl, seq, c, b, h, d0, kq, nk, nq); };
-    auto place = [&]() { place_quads(next, tl, kq, nk, nq); };
+    auto fetch = [&](int c) {
+      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
+      for (int u = 0; u < kPrefetch; ++u) {
+        const int e = tl.rank + u * tl.TS, f = e - nk;
+        if (e < nk)
+          next[u] = e / kq < L ? Tiles::token_quad(views.k, b, t0 + e / kq, h, R * (e % kq), DK, quad_qk)
+                               : register_tiles::Quad<In>{};
+        else if (e < nq)
+          next[u] = f / tl.wt < L ? Tiles::token_quad(views.v, b, t0 + f / tl.wt, h, d0 + R * (f % tl.wt), d0 + W, quad_v)
+                                  : register_tiles::Quad<In>{};
+      }
+    };
+    auto place = [&]() {  // as stage_k_rows and stage_v place them
+      for (int u = 0; u < kPrefetch; ++u) {
+        const int e = tl.rank + u * tl.TS, f = e - nk;
+        if (e < nk) register_tiles::store_quad(tl.kt_s + (e / kq) * tl.qs + R * (e % kq), next[u]);
+        else if (e < nq) register_tiles::store_quad(tl.v_s + (f / tl.wt) * tl.vs + R * (f % tl.wt), next[u]);
+      }
+    };
     if (prefetch && seq.num_chunks > 0) fetch(0);
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;

@@ -32,14 +32,6 @@
 #include <type_traits>
 #include <vector>
 
-// Fully unrolls the loop that follows in device code, so that register arrays
-// indexed by its counter stay in registers (host compilers decide alone).
-#if defined(__CUDA_ARCH__)
-#define LINATTN_UNROLL _Pragma("unroll")
-#else
-#define LINATTN_UNROLL
-#endif
-
 namespace linattn {
 namespace register_tiles {
 
