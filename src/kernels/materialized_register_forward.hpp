@@ -18,11 +18,6 @@ struct MaterializedRegisterStatePass {
   using Snap = typename Snapshots::non_const_value_type;
   using Tiles = register_tiles::ChunkTiles<In, Acc>;
   static constexpr int R = register_tiles::kTile, kS = register_tiles::kStateSlots;
-  // Quads of the next chunk's K and V one thread holds in registers while this
-  // chunk computes (32 bytes of bf16 per slot on a GPU: 16 slots, 10 used at
-  // chunk 64, DK 128, block_dv 32); with more quads per thread the pass stages
-  // each chunk after the previous one instead.
-  static constexpr int kPrefetch = host_execution ? 4096 : 32 / int(sizeof(In));
 
   Views views;
   Snapshots snapshots;
@@ -51,41 +46,11 @@ struct MaterializedRegisterStatePass {
           s[u][x][y] = inside && has_initial ? views.initial_state(n, h, dr[u] + x, d0 + jc[u] + y) : Acc(0);
         }
     }
-    // The next chunk's loads are issued before this chunk's products, so that
-    // their device-memory latency hides behind them.
-    const int kq = tl.DK4 / R, nk = C * kq, nq = nk + C * tl.wt;
-    const bool prefetch = nq <= tl.TS * kPrefetch;
-    register_tiles::Quad<In> next[kPrefetch];
-    auto fetch = [&](int c) {
-      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
-      for (int u = 0; u < kPrefetch; ++u) {
-        const int e = tl.rank + u * tl.TS, f = e - nk;
-        if (e < nk)
-          next[u] = e / kq < L ? Tiles::token_quad(views.k, b, t0 + e / kq, h, R * (e % kq), DK, quad_qk)
-                               : register_tiles::Quad<In>{};
-        else if (e < nq)
-          next[u] = f / tl.wt < L ? Tiles::token_quad(views.v, b, t0 + f / tl.wt, h, d0 + R * (f % tl.wt), d0 + W, quad_v)
-                                  : register_tiles::Quad<In>{};
-      }
-    };
-    auto place = [&]() {  // as stage_k_rows and stage_v place them
-      for (int u = 0; u < kPrefetch; ++u) {
-        const int e = tl.rank + u * tl.TS, f = e - nk;
-        if (e < nk) register_tiles::store_quad(tl.kt_s + (e / kq) * tl.qs + R * (e % kq), next[u]);
-        else if (e < nq) register_tiles::store_quad(tl.v_s + (f / tl.wt) * tl.vs + R * (f % tl.wt), next[u]);
-      }
-    };
-    if (prefetch && seq.num_chunks > 0) fetch(0);
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
       m.team_barrier();  // the previous chunk is done with R2, R3
-      if (prefetch) {
-        place();
-        if (c + 1 < seq.num_chunks) fetch(c + 1);
-      } else {
-        tl.stage_k_rows(views.k, b, t0, L, h, quad_qk);
-        tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
-      }
+      tl.stage_k_rows(views.k, b, t0, L, h, quad_qk);
+      tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
       for (int u = 0; u < kS; ++u)  // h[c] = the state before chunk c
         for (int x = 0; x < R && dr[u] + x < DK; ++x)
           for (int y = 0; y < R && jc[u] + y < W; ++y)
