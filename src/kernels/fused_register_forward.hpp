@@ -41,7 +41,7 @@ struct FusedRegisterForward {
   int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   register_tiles::Layout lay;
-  bool quad_qk, quad_v;  // rows of q, k (of v, o) start on quad boundaries: move them as quads
+  bool quad_qk, quad_v, quad_h;  // rows of q, k (of v, o; of h) start on quad boundaries: move them as quads
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
@@ -78,10 +78,11 @@ struct FusedRegisterForward {
       m.team_barrier();  // K^T is no longer read: R2 takes the state before this chunk
       for (int u = 0; u < kS; ++u) tl.publish_state(s[u], tl.my_tile(u, tl.state_tiles));
       m.team_barrier();
-      if (store_snapshots)  // h[c] = the state before chunk c, in whole rows (coalesced)
-        for (int e = tl.rank; e < DK * W; e += tl.TS) {
-          const int d = e / W, j = e % W;
-          views.h(seq.h_b, seq.h_c0 + c, h, d, d0 + j) = from_acc<Snap>(tl.s_s[d * tl.ss + j]);
+      if (store_snapshots)  // h[c] = the state before chunk c, quad by quad along its rows (coalesced)
+        for (int e = tl.rank; e < DK * tl.wt; e += tl.TS) {
+          const int d = e / tl.wt, j = R * (e % tl.wt);
+          register_tiles::store_rounded(&views.h(seq.h_b, seq.h_c0 + c, h, d, d0 + j), tl.s_s + d * tl.ss + j, W - j,
+                                        quad_h);
         }
       for (int u = 0; u < kO; ++u) tl.output_from_state(o[u], tl.my_tile(u, tl.output_tiles), L);
       m.team_barrier();  // Q is no longer read: R1 takes the scores
@@ -135,7 +136,7 @@ ScratchPlan run_fused_registers(const Problem& p, const Views& views, const Sequ
                       register_tiles::quad_aligned(views.o);
   Kernel kernel{views, seqs, static_cast<int>(p.H), DK, static_cast<int>(p.DV), C, w, num_blocks,
                 plan.scratch.level, static_cast<Acc>(p.scale), register_tiles::make_layout<In, Acc>(C, DK, w),
-                quad_qk, quad_v};
+                quad_qk, quad_v, quad_v && register_tiles::quad_aligned(views.h)};
   const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
   Kokkos::parallel_for("linattn::fused_registers",
                        RegisterPolicy(league, plan.team_size)

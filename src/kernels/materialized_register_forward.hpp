@@ -24,7 +24,7 @@ struct MaterializedRegisterStatePass {
   SequenceMap seqs;
   int H, DK, DV, C, block_dv, num_blocks, level;
   register_tiles::Layout lay;
-  bool quad_qk, quad_v;
+  bool quad_qk, quad_v, quad_h;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
@@ -51,10 +51,10 @@ struct MaterializedRegisterStatePass {
       m.team_barrier();  // the previous chunk is done with R2, R3
       tl.stage_k_rows(views.k, b, t0, L, h, quad_qk);
       tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
-      for (int u = 0; u < kS; ++u)  // h[c] = the state before chunk c
+      for (int u = 0; u < kS; ++u)  // h[c] = the state before chunk c, a quad per tile row
         for (int x = 0; x < R && dr[u] + x < DK; ++x)
-          for (int y = 0; y < R && jc[u] + y < W; ++y)
-            snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u] + y) = from_acc<Snap>(s[u][x][y]);
+          register_tiles::store_rounded(&snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u]), s[u][x],
+                                        W - jc[u], quad_h);
       m.team_barrier();
       for (int u = 0; u < kS; ++u)
         tl.add_state_update_k_rows(s[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
@@ -130,7 +130,8 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
   {
     ScopedRegion region("linattn::materialized_registers::states");
     MaterializedRegisterStatePass<Views, Snapshots> kernel{views, snapshots, seqs, H, DK, DV, C, w, num_blocks,
-                                                           plan.scratch.level, lay, quad_qk, quad_v};
+                                                           plan.scratch.level, lay, quad_qk, quad_v,
+                                                           quad_v && register_tiles::quad_aligned(snapshots)};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     // Two teams per SM as for the other register kernels: four (at most 64
     // registers, 344 bytes of spills) measured 14.8 ms against 8.4 ms.

@@ -154,6 +154,19 @@ Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size) {
   return none;
 }
 
+// dst[0..3] = values rounded to T, as one quad store when `quad` (dst aligned)
+// and all four are inside (`count` >= 4), else element by element up to count.
+template <class T, class Acc>
+KOKKOS_INLINE_FUNCTION void store_rounded(T* dst, const Acc* values, int count, bool quad) {
+  if (quad && count >= kTile) {
+    Quad<T> q;
+    for (int y = 0; y < kTile; ++y) q.v[y] = from_acc<T>(values[y]);
+    store_quad(dst, q);
+  } else {
+    for (int y = 0; y < kTile && y < count; ++y) dst[y] = from_acc<T>(values[y]);
+  }
+}
+
 // A thread's 4 x 4 register tile.
 template <class Acc>
 using RegTile = Acc[kTile][kTile];
