@@ -11,6 +11,13 @@
 
 namespace linattn {
 
+// The state pass holds one tile of S per thread and little else. ncu at two
+// teams per SM (the register limit the other kernels need): 16 warps per SM,
+// 7.3 cycles between issues per warp, SM 50% busy: latency-bound. Three teams
+// per SM (at most 85 registers); four (64 registers, 344 bytes of spills)
+// measured 14.8 ms against 8.4 ms.
+using StatePassPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, 3>>;
+
 template <class Views, class Snapshots>
 struct MaterializedRegisterStatePass {
   using In = typename Views::input_type;
@@ -133,10 +140,8 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
                                                            plan.scratch.level, lay, quad_qk, quad_v,
                                                            quad_v && register_tiles::quad_aligned(snapshots)};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
-    // Two teams per SM as for the other register kernels: four (at most 64
-    // registers, 344 bytes of spills) measured 14.8 ms against 8.4 ms.
     Kokkos::parallel_for("linattn::materialized_registers_states",
-                         RegisterPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
+                         StatePassPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");
