@@ -44,11 +44,9 @@ struct FusedRegisterForward {
   bool quad_qk, quad_v, quad_h;  // rows of q, k (of v, o; of h) start on quad boundaries: move them as quads
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
-    const int n = nh / H, h = nh % H;
-    const Sequence seq = seqs.sequence(n);
-    const int b = seq.b;
-    const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
+    const SequenceBlock blk = sequence_block(seqs, m.league_rank(), num_blocks, H, block_dv, DV);
+    const Sequence& seq = blk.seq;
+    const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     const Tiles tl(m, level, lay, DK, C, W);
     const bool store_snapshots = views.h.extent(0) > 0, has_initial = views.initial_state.extent(0) > 0;
 

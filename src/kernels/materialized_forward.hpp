@@ -32,11 +32,9 @@ struct MaterializedStatePass {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
-    const int n = nh / H, h = nh % H;
-    const Sequence seq = seqs.sequence(n);
-    const int b = seq.b;
-    const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
+    const SequenceBlock blk = sequence_block(seqs, m.league_rank(), num_blocks, H, block_dv, DV);
+    const Sequence& seq = blk.seq;
+    const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
     load_state(m, S, views.initial_state, n, h, d0);
     for (int c = 0; c < seq.num_chunks; ++c) {

@@ -34,11 +34,9 @@ struct RecurrentForward {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
-    const int bv = m.league_rank() % num_blocks, nh = m.league_rank() / num_blocks;
-    const int n = nh / H, h = nh % H;
-    const Sequence seq = seqs.sequence(n);
-    const int b = seq.b;
-    const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
+    const SequenceBlock blk = sequence_block(seqs, m.league_rank(), num_blocks, H, block_dv, DV);
+    const Sequence& seq = blk.seq;
+    const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> S(m.team_scratch(level), DK, W), Vt(m.team_scratch(level), 1, W), Ot(m.team_scratch(level), 1, W);
     const bool has_s0 = views.initial_state.extent(0) > 0, store_snapshots = views.h.extent(0) > 0;
     const int width = host_execution ? (W + m.team_size() - 1) / m.team_size() : 1;  // columns per thread

@@ -54,6 +54,21 @@ struct SequenceMap {
   }
 };
 
+// What a team of a sequence-walking kernel (league over DV block x sequence x
+// head, DV block fastest) owns: sequence n, head h, and the DV columns
+// d0 .. d0 + W of the block (the last block of a ragged DV is narrower).
+struct SequenceBlock {
+  Sequence seq;
+  int n, h, d0, W;
+};
+
+KOKKOS_INLINE_FUNCTION SequenceBlock sequence_block(const SequenceMap& seqs, int league_rank, int num_blocks, int H,
+                                                    int block_dv, int DV) {
+  const int bv = league_rank % num_blocks, nh = league_rank / num_blocks;
+  const int d0 = bv * block_dv;
+  return {seqs.sequence(nh / H), nh / H, nh % H, d0, DV - d0 < block_dv ? DV - d0 : block_dv};
+}
+
 // Uploads p's sequence offsets (nothing for a plain batch).
 inline SequenceMap make_sequence_map(const Problem& p) {
   SequenceMap map;
