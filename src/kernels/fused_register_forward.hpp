@@ -51,7 +51,7 @@ struct FusedRegisterForward {
     const bool store_snapshots = views.h.extent(0) > 0, has_initial = views.initial_state.extent(0) > 0;
 
     // Elements past DK or W stay zero: they meet only zero-padded K^T rows and V columns.
-    register_tiles::RegTile<Acc> s[kS], ds[kS], a[kA], o[kO];
+    register_tiles::RegTile<Acc> s[kS], ds[kS], a[kA];
     for (int u = 0; u < kS; ++u) {
       const int tile = tl.my_tile(u, tl.state_tiles), dr = R * (tile / tl.wt), jc = R * (tile % tl.wt);
       for (int x = 0; x < R; ++x)
@@ -82,12 +82,7 @@ struct FusedRegisterForward {
           register_tiles::store_rounded(&views.h(seq.h_b, seq.h_c0 + c, h, d, d0 + j), tl.s_s + d * tl.ss + j, W - j,
                                         quad_h);
         }
-      for (int u = 0; u < kO; ++u) tl.output_from_state(o[u], tl.my_tile(u, tl.output_tiles), L);
-      m.team_barrier();  // Q is no longer read: R1 takes the scores
-      for (int u = 0; u < kA; ++u) tl.publish_scores(a[u], tl.my_tile(u, tl.score_tiles), L);
-      m.team_barrier();
-      for (int u = 0; u < kO; ++u)
-        tl.finish_output(o[u], tl.my_tile(u, tl.output_tiles), L, scale, views.o, b, t0, h, d0, quad_v);
+      tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
       for (int u = 0; u < kS; ++u)
         for (int x = 0; x < R; ++x)
           for (int y = 0; y < R; ++y) s[u][x][y] += ds[u][x][y];

@@ -102,7 +102,7 @@ struct MaterializedRegisterOutputPass {
     tl.stage_kt(views.k, b, t0, L, h, quad_qk);
     tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
     m.team_barrier();
-    register_tiles::RegTile<Acc> a[kA], o[kO];
+    register_tiles::RegTile<Acc> a[kA];
     for (int u = 0; u < kA; ++u) tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
     m.team_barrier();  // K^T is no longer read: R2 takes h[c], zero past DK and W
     const int W4 = register_tiles::round4(W);
@@ -111,12 +111,7 @@ struct MaterializedRegisterOutputPass {
       tl.s_s[d * tl.ss + j] = d < DK && j < W ? to_acc<Acc>(snapshots(seq.h_b, seq.h_c0 + c, h, d, d0 + j)) : Acc(0);
     }
     m.team_barrier();
-    for (int u = 0; u < kO; ++u) tl.output_from_state(o[u], tl.my_tile(u, tl.output_tiles), L);
-    m.team_barrier();  // Q is no longer read: R1 takes the scores
-    for (int u = 0; u < kA; ++u) tl.publish_scores(a[u], tl.my_tile(u, tl.score_tiles), L);
-    m.team_barrier();
-    for (int u = 0; u < kO; ++u)
-      tl.finish_output(o[u], tl.my_tile(u, tl.output_tiles), L, scale, views.o, b, t0, h, d0, quad_v);
+    tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
   }
 };
 

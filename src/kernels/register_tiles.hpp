@@ -214,19 +214,25 @@ struct ChunkTiles {
     return t < count ? t : -1;
   }
 
-  // Moves n quads into scratch: load(e) -> Quad<In>, then store(e, quad), for
-  // e = rank, rank + TS, ...
-  template <class Load, class Store>
-  KOKKOS_INLINE_FUNCTION void stage(int n, const Load& load, const Store& store) const {
+  // Moves the chunk's tokens t0 .. t0+L-1 of head h, columns col0 + 4 qc (qc <
+  // quads) of a token tensor x into scratch quad by quad, calling
+  // store(token, qc, quad); rows past L and columns past `cols` are zero. Each
+  // thread issues kBatch loads before it stores, so that their latencies
+  // overlap; neighbouring threads take neighbouring quads of a row.
+  template <class View4, class Store>
+  KOKKOS_INLINE_FUNCTION void stage(const View4& x, int b, int t0, int L, int h, int col0, int cols, int quads,
+                                    bool quad, const Store& store) const {
+    const int n = C * quads;
     for (int base = rank; base < n; base += TS * kBatch) {
       Quad<In> tmp[kBatch];
       for (int u = 0; u < kBatch; ++u) {
         const int e = base + u * TS;
-        if (e < n) tmp[u] = load(e);
+        if (e < n)
+          tmp[u] = e / quads < L ? token_quad(x, b, t0 + e / quads, h, col0 + R * (e % quads), cols, quad) : Quad<In>{};
       }
       for (int u = 0; u < kBatch; ++u) {
         const int e = base + u * TS;
-        if (e < n) store(e, tmp[u]);
+        if (e < n) store(e / quads, e % quads, tmp[u]);
       }
     }
   }
@@ -241,46 +247,36 @@ struct ChunkTiles {
     return q;
   }
 
-  // Stages tokens t0.. t0+L-1 of head h: Q and K^T (rows of q, k; columns 0..DK), V (columns d0..d0+W).
+  // The chunk's rows of q (into R1) and k (into R2 for the state pass, which
+  // needs no K^T), columns 0 .. DK, and of v (into R3), columns d0 .. d0+W;
+  // each into rows of `stride` elements.
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_rows(const View4& x, int b, int t0, int L, int h, int col0, int cols, bool quad,
+                                         In* dst, int stride) const {
+    stage(x, b, t0, L, h, col0, cols, tiles(cols - col0), quad,
+          [&](int i, int qc, const Quad<In>& v) { store_quad(dst + i * stride + R * qc, v); });
+  }
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_q(const View4& q, int b, int t0, int L, int h, bool quad) const {
-    const int quads = DK4 / R;  // row by row: neighbouring threads take neighbouring quads of a row
-    stage(
-        C * quads,
-        [&](int e) { return e / quads < L ? token_quad(q, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
-        [&](int e, const Quad<In>& x) { store_quad(q_s + (e / quads) * qs + R * (e % quads), x); });
+    stage_rows(q, b, t0, L, h, 0, DK, quad, q_s, qs);
   }
-  // K transposed (for the scores, whose tiles take four consecutive keys).
-  // Measured on the H200: staging it by runs of 8 tokens, so that a warp's
-  // scalar stores into K^T avoid bank conflicts, made the fused kernel 3%
-  // slower and the state pass 11% slower than this row-by-row order.
-  template <class View4>
-  KOKKOS_INLINE_FUNCTION void stage_kt(const View4& k, int b, int t0, int L, int h, bool quad) const {
-    const int quads = DK4 / R;
-    stage(
-        C * quads,
-        [&](int e) { return e / quads < L ? token_quad(k, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
-        [&](int e, const Quad<In>& x) {
-          for (int j = 0; j < R; ++j) kt_s[(R * (e % quads) + j) * ks + e / quads] = x.v[j];
-        });
-  }
-  // K by rows into R2 with Q's row stride, for the state pass (which needs no K^T).
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_k_rows(const View4& k, int b, int t0, int L, int h, bool quad) const {
-    const int quads = DK4 / R;
-    stage(
-        C * quads,
-        [&](int e) { return e / quads < L ? token_quad(k, b, t0 + e / quads, h, R * (e % quads), DK, quad) : Quad<In>{}; },
-        [&](int e, const Quad<In>& x) { store_quad(kt_s + (e / quads) * qs + R * (e % quads), x); });
+    stage_rows(k, b, t0, L, h, 0, DK, quad, kt_s, qs);
   }
   template <class View4>
   KOKKOS_INLINE_FUNCTION void stage_v(const View4& v, int b, int t0, int L, int h, int d0, bool quad) const {
-    stage(
-        C * wt,
-        [&](int e) {
-          return e / wt < L ? token_quad(v, b, t0 + e / wt, h, d0 + R * (e % wt), d0 + W, quad) : Quad<In>{};
-        },
-        [&](int e, const Quad<In>& x) { store_quad(v_s + (e / wt) * vs + R * (e % wt), x); });
+    stage_rows(v, b, t0, L, h, d0, d0 + W, quad, v_s, vs);
+  }
+  // K transposed into R2 (for the scores, whose tiles take four consecutive
+  // keys). Measured on the H200: staging it by runs of 8 tokens, so that a
+  // warp's scalar stores into K^T avoid bank conflicts, made the fused kernel
+  // 3% slower and the state pass 11% slower than this row-by-row order.
+  template <class View4>
+  KOKKOS_INLINE_FUNCTION void stage_kt(const View4& k, int b, int t0, int L, int h, bool quad) const {
+    stage(k, b, t0, L, h, 0, DK, DK4 / R, quad, [&](int i, int qc, const Quad<In>& x) {
+      for (int j = 0; j < R; ++j) kt_s[(R * qc + j) * ks + i] = x.v[j];
+    });
   }
 
   // ds += K^T V over the chunk's first L4 keys (a multiple of 4), for state tile `tile`.
@@ -405,6 +401,20 @@ struct ChunkTiles {
         for (int y = 0; y < R && jc + y < W; ++y) row[y] = from_acc<Out>(o[x][y]);
       }
     }
+  }
+
+  // The end of a chunk's output, with the state in R2 and this thread's score
+  // tiles in `a`: O = Q S (Q's last reads), A into R1, O = scale O + A V stored
+  // into out(b, t0 + row, h, d0 + column).
+  template <int kA, int kO, class View4>
+  KOKKOS_INLINE_FUNCTION void outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                      const View4& out, int b, int t0, int h, int d0, bool quad) const {
+    RegTile<Acc> o[kO];
+    for (int u = 0; u < kO; ++u) output_from_state(o[u], my_tile(u, output_tiles), L);
+    m.team_barrier();  // Q is no longer read: R1 takes the scores
+    for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
+    m.team_barrier();
+    for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
   }
 };
 
