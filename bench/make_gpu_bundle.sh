@@ -17,5 +17,5 @@ cp build-cuda/linattn build-cuda/tests/linattn_tests "$DEST/"
 strip "$DEST/linattn" "$DEST/linattn_tests"
 bundle=${BUNDLE_LIBS:-../shared/tools/bundle-libs}
 bash "$bundle" "$DEST/lib" "$DEST/linattn" "$DEST/linattn_tests"
-nvcc -std=c++17 -O3 -arch=sm_90 -Isrc bench/fused_tensor_core_bench.cu -o "$DEST/tc_bench"
+nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fused_tensor_core_bench.cu -o "$DEST/tc_bench"
 du -sh "$DEST"

@@ -29,6 +29,7 @@ const Shape kShapes[] = {
     {2, 100, 2, 32, 48, 32, 0, true, 0.125},   // ragged last chunk (100 = 3*32 + 4), DK != DV
     {1, 64, 3, 16, 16, 16, 0, false, 1.0},     // exact multiple, C = 16
     {2, 70, 1, 24, 40, 64, 16, true, 0.5},     // C = 64 with T = 70, several DV blocks (16, 16, 8)
+    {1, 45, 2, 20, 12, 16, 8, true, 0.3},      // DK 20: the state pass's 8-row tiles overhang DK; DV blocks 8, 4
 };
 
 // The path `automatic` resolves to on this build's default execution space.
@@ -109,7 +110,8 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // The register-blocked kernels at the benchmark's tile shape (chunk 64, DK 128):
-// on a GPU a team of 256 threads with one tile each, block widths 32 and 16;
+// on a GPU a team of 256 threads with one tile each (the state pass: 128
+// threads with an 8 x 4 tile each), block widths 32 and 16;
 // fp32 inputs stage 4-byte tiles, which no longer fit level 0 there.
 TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
   Problem p;
@@ -120,7 +122,7 @@ TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
                               s0 = in.initial_state.to_double();
     const auto ref = reference::chunked(p, {q, k, v, &s0});
     for (auto [variant, block_dv] : {std::pair{Variant::fused, 0}, std::pair{Variant::fused, 16},
-                                     std::pair{Variant::materialized, 0}}) {
+                                     std::pair{Variant::materialized, 0}, std::pair{Variant::materialized, 16}}) {
       SCOPED_TRACE(std::string(variant_name(variant)) + " " + dtype_name(dtype) + " block_dv " + std::to_string(block_dv));
       ForwardConfig cfg;
       cfg.variant = variant;
@@ -135,6 +137,33 @@ TEST(Kernels, RegisterPathAtTheBenchmarkTile) {
       EXPECT_LE(relative_l2(out.h.to_double(), ref.h), level);
       EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), level);
     }
+  }
+}
+
+// The materialized state pass picks 8-row state tiles for leagues of at least
+// one team per 1024 threads the device runs at once, 4-row tiles below that
+// (on the host always 8). Both leagues here, so that a GPU runs both tile
+// heights; DK 20 makes the 8-row tiles overhang DK.
+TEST(Kernels, RegisterStatePassAtBothTileHeights) {
+  const std::int64_t many = static_cast<std::int64_t>(Kokkos::DefaultExecutionSpace().concurrency()) / 1024 + 1;
+  for (std::int64_t H : {std::int64_t(2), many}) {
+    Problem p;
+    p.B = 1; p.T = 45; p.H = H; p.DK = 20; p.DV = 12; p.chunk = 16; p.scale = 0.3;
+    SCOPED_TRACE("H=" + std::to_string(H));
+    const auto in = random_inputs(p, DType::bf16, 91, true);
+    const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                              s0 = in.initial_state.to_double();
+    const auto ref = reference::chunked(p, {q, k, v, &s0});
+    ForwardConfig cfg;
+    cfg.variant = Variant::materialized;
+    cfg.gemm = GemmPath::registers;
+    cfg.output_fp32 = true;
+    cfg.poison_outputs = true;
+    const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, &in.initial_state);
+    const double level = stored_level(DType::bf16, DType::f32);
+    EXPECT_LE(relative_l2(out.o.to_double(), ref.o), level);
+    EXPECT_LE(relative_l2(out.h.to_double(), ref.h), level);
+    EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), level);
   }
 }
 

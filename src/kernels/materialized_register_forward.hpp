@@ -11,41 +11,61 @@
 
 namespace linattn {
 
-// The state pass holds one tile of S per thread and little else. ncu at two
-// teams per SM (the register limit the other kernels need): 16 warps per SM,
-// 7.3 cycles between issues per warp, SM 50% busy: latency-bound. Three teams
-// per SM (at most 85 registers); four (64 registers, 344 bytes of spills)
-// measured 14.8 ms against 8.4 ms.
-using StatePassPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, 3>>;
+// The state pass: each thread holds an RX x 4 tile of S (RX = 8 or 4) and
+// the team stages only K (by rows) and V, ~22 KB of scratch for bf16 at chunk
+// 64, DK 128, W 32 (the full layout: 37 KB). Measured on the H200 (bf16,
+// block 32, the pass alone, ncu): at 8,16384,16,128 (512 teams) 4 x 4 tiles
+// in teams of 256 ran 7.32 ms at three teams per SM (1.3 waves; four spilled:
+// 14.8 ms), 8 x 4 tiles in teams of 128 6.87 ms at four per SM (one wave);
+// at 1,32768,32,128 (128 teams) the 8-row tiles leave an SM four warps:
+// slower there (see state_pass_rows).
+using StatePassPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, 2>>;
 
-template <class Views, class Snapshots>
+// 8-row tiles when the league alone holds at least one 128-thread team per
+// 1024 threads the device can run at once (the H200: 264 teams), else 4-row
+// tiles in twice the threads. The host (one thread per team) takes 8.
+inline int state_pass_rows(std::int64_t league) {
+  return league * 1024 >= static_cast<std::int64_t>(ExecSpace().concurrency()) ? 8 : 4;
+}
+
+// Threads of a state-pass team: one tile each on a GPU (a multiple of 32),
+// one thread holding them all on the host.
+inline int state_pass_team(int DK, int W, int rows) {
+  if (host_execution) return 1;
+  const int count = (DK + rows - 1) / rows * register_tiles::tiles(W);
+  return (count + 31) / 32 * 32;
+}
+
+template <class Views, class Snapshots, int RX>
 struct MaterializedRegisterStatePass {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
   using Snap = typename Snapshots::non_const_value_type;
   using Tiles = register_tiles::ChunkTiles<In, Acc>;
-  static constexpr int R = register_tiles::kTile, kS = register_tiles::kStateSlots;
+  static constexpr int R = register_tiles::kTile;
+  static constexpr int kS = host_execution ? register_tiles::kStateSlots : 1;
 
   Views views;
   Snapshots snapshots;
   SequenceMap seqs;
   int H, DK, DV, C, block_dv, num_blocks, level;
-  register_tiles::Layout lay;
-  bool quad_qk, quad_v;
+  register_tiles::Layout lay;  // make_state_pass_layout
+  bool quad_qk, quad_v, quad_h;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
     const SequenceBlock blk = sequence_block(seqs, m.league_rank(), num_blocks, H, block_dv, DV);
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     const Tiles tl(m, level, lay, DK, C, W);
+    const int count = (DK + RX - 1) / RX * tl.wt;
     const bool has_initial = views.initial_state.extent(0) > 0;
-    register_tiles::RegTile<Acc> s[kS];
+    Acc s[kS][RX][R];
     int dr[kS], jc[kS];
     for (int u = 0; u < kS; ++u) {
-      const int tile = tl.my_tile(u, tl.state_tiles);
-      dr[u] = tile < 0 ? DK : R * (tile / tl.wt);  // a thread without a tile stores nothing
+      const int tile = tl.my_tile(u, count);
+      dr[u] = tile < 0 ? DK : RX * (tile / tl.wt);  // a thread without a tile stores nothing
       jc[u] = tile < 0 ? W : R * (tile % tl.wt);
-      for (int x = 0; x < R; ++x)
+      for (int x = 0; x < RX; ++x)
         for (int y = 0; y < R; ++y) {
           const bool inside = dr[u] + x < DK && jc[u] + y < W;
           s[u][x][y] = inside && has_initial ? views.initial_state(n, h, dr[u] + x, d0 + jc[u] + y) : Acc(0);
@@ -53,21 +73,20 @@ struct MaterializedRegisterStatePass {
     }
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
-      m.team_barrier();  // the previous chunk is done with R2, R3
+      m.team_barrier();  // the previous chunk is done with K and V
       tl.stage_k_rows(views.k, b, t0, L, h, quad_qk);
       tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
-      // h[c] = the state before chunk c, element by element (quad stores here
-      // measured the same: 7.31-7.34 ms either way at three teams per SM).
+      // h[c] = the state before chunk c, a quad per row of the tile.
       for (int u = 0; u < kS; ++u)
-        for (int x = 0; x < R && dr[u] + x < DK; ++x)
-          for (int y = 0; y < R && jc[u] + y < W; ++y)
-            snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u] + y) = from_acc<Snap>(s[u][x][y]);
+        for (int x = 0; x < RX && dr[u] + x < DK; ++x)
+          register_tiles::store_rounded(&snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u]), s[u][x],
+                                        W - jc[u], quad_h);
       m.team_barrier();
       for (int u = 0; u < kS; ++u)
-        tl.add_state_update_k_rows(s[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
+        if (dr[u] < DK) tl.template add_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L));
     }
     for (int u = 0; u < kS; ++u)
-      for (int x = 0; x < R && dr[u] + x < DK; ++x)
+      for (int x = 0; x < RX && dr[u] + x < DK; ++x)
         for (int y = 0; y < R && jc[u] + y < W; ++y)
           views.final_state(n, h, dr[u] + x, d0 + jc[u] + y) = s[u][x][y];
   }
@@ -131,11 +150,22 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
   const auto scratch = Kokkos::PerTeam(plan.scratch.bytes);
   {
     ScopedRegion region("linattn::materialized_registers::states");
-    MaterializedRegisterStatePass<Views, Snapshots> kernel{views, snapshots, seqs, H, DK, DV, C, w, num_blocks,
-                                                           plan.scratch.level, lay, quad_qk, quad_v};
+    const register_tiles::Layout state_lay = register_tiles::make_state_pass_layout<In>(C, DK, w);
+    const std::size_t bytes = state_lay.bytes + register_tiles::kScratchAlignment;
+    const int state_level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
+    const bool quad_h = quad_v && register_tiles::quad_aligned(snapshots);
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
-    Kokkos::parallel_for("linattn::materialized_registers_states",
-                         StatePassPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
+    auto run = [&](auto rows) {
+      constexpr int RX = decltype(rows)::value;
+      MaterializedRegisterStatePass<Views, Snapshots, RX> kernel{
+          views, snapshots, seqs, H, DK, DV, C, w, num_blocks, state_level, state_lay, quad_qk, quad_v, quad_h};
+      Kokkos::parallel_for("linattn::materialized_registers_states",
+                           StatePassPolicy(league, state_pass_team(DK, w, RX))
+                               .set_scratch_size(state_level, Kokkos::PerTeam(bytes)),
+                           kernel);
+    };
+    if (state_pass_rows(league) == 8) run(std::integral_constant<int, 8>{});
+    else run(std::integral_constant<int, 4>{});
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");
