@@ -1,8 +1,8 @@
 // EXPERIMENT (bench only, see fused_wgmma.hpp). Hopper warpgroup MMA (wgmma.mma_async, sm_90a only): the four warps of a
 // warpgroup multiply a 64-row A by an N-column B, reading the operands straight
-// from shared memory (or A from registers) instead of per-warp ldmatrix
-// fragments. Only what the fused kernel needs: bf16/fp16 operands, fp32
-// accumulators, N in {16, 32, 64}, and no-swizzle ("interleave") layouts.
+// from shared memory instead of per-warp ldmatrix
+// fragments. Only what the fused kernel needs: bf16 operands, fp32
+// accumulators, N in {16, 32, 64} and no-swizzle ("interleave") layouts.
 //
 // Shared-memory operands are described by a 64-bit descriptor. In the
 // interleave layout the unit is a core matrix: 8 rows of 16 contiguous bytes
@@ -14,7 +14,6 @@
 #pragma once
 
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -54,9 +53,6 @@ __device__ inline void pin(float (&acc)[N]) {
 // register writes between wgmma.fence and wgmma make ptxas serialise them.
 template <class E, int N, int TransA, int TransB, int ScaleD = 1>
 struct SS;
-// The same with A in registers (each warp's 16 rows, mma.sync's A-fragment layout).
-template <class E, int N, int TransB, int ScaleD = 1>
-struct RS;
 
 template <int TransA, int TransB, int ScaleD>
 struct SS<__nv_bfloat16, 16, TransA, TransB, ScaleD> {
@@ -89,61 +85,6 @@ struct SS<__nv_bfloat16, 64, TransA, TransB, ScaleD> {
         "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "l"(a), "l"(b), "n"(TransA), "n"(TransB), "n"(ScaleD));
-  }
-};
-template <int TransB, int ScaleD>
-struct RS<__nv_bfloat16, 32, TransB, ScaleD> {
-  __device__ static void run(float* d, const std::uint32_t* a, std::uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %21;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TransB), "n"(ScaleD));
-  }
-};
-template <int TransA, int TransB, int ScaleD>
-struct SS<__half, 16, TransA, TransB, ScaleD> {
-  __device__ static void run(float* d, std::uint64_t a, std::uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %12, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, %10, %11;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "l"(a), "l"(b), "n"(TransA), "n"(TransB), "n"(ScaleD));
-  }
-};
-template <int TransA, int TransB, int ScaleD>
-struct SS<__half, 32, TransA, TransB, ScaleD> {
-  __device__ static void run(float* d, std::uint64_t a, std::uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %20, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, %18, %19;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "l"(a), "l"(b), "n"(TransA), "n"(TransB), "n"(ScaleD));
-  }
-};
-template <int TransA, int TransB, int ScaleD>
-struct SS<__half, 64, TransA, TransB, ScaleD> {
-  __device__ static void run(float* d, std::uint64_t a, std::uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %36, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, %34, %35;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "l"(a), "l"(b), "n"(TransA), "n"(TransB), "n"(ScaleD));
-  }
-};
-template <int TransB, int ScaleD>
-struct RS<__half, 32, TransB, ScaleD> {
-  __device__ static void run(float* d, const std::uint32_t* a, std::uint64_t b) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %22, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, %21;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(TransB), "n"(ScaleD));
   }
 };
 
