@@ -62,7 +62,7 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--reps", o->reps, "Timed repetitions (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--block-dv", o->block_dv, "DV block width (0: chosen)")->capture_default_str();
-  cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO)")->capture_default_str();
+  cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO; the register-blocked state pass sizes its own)")->capture_default_str();
   cmd->add_option("--accuracy-tokens", o->accuracy_tokens, "Tokens of the slice checked against fp64")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
