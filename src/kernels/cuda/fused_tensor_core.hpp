@@ -13,9 +13,11 @@
 //   A   = scale * tril(Q_c K_c^T)      rows 16w..16w+15, in registers
 //   O_c = scale * Q_c S + A V_c        S from shared memory, A from registers
 //   S  += K_c^T V_c                    state rows w*DK/4.., in registers (fp32)
-// The kernel is bound by L2 traffic (ncu: L2 78% busy, tensor pipe 30% with
-// one group per block); each Q and K tile is read once per block, so wider
-// blocks cut that traffic.
+// Each Q and K tile is read once per block, so wider blocks cut L2 traffic
+// (ncu on the first version: L2 78% busy, tensor pipe 30%). Within a chunk,
+// loads, stores and products added up nearly serially (ablation in
+// BENCHMARKS.md), so h and o leave shared memory in pieces spread over the next
+// chunk's first product loop rather than in bursts.
 // The state never leaves the chip in fp32; each snapshot h[c] is stored as the
 // loop passes. Operands rounded to 16 bits for the tensor cores (the state S
 // and the scores A) are split into a high and a low 16-bit part, x = hi + lo,
