@@ -28,12 +28,16 @@ inline int state_pass_rows(std::int64_t league) {
   return league * 1024 >= static_cast<std::int64_t>(ExecSpace().concurrency()) ? 8 : 4;
 }
 
+// Tiles of rows x 4 that cover the state block DK x W.
+KOKKOS_INLINE_FUNCTION int state_pass_tiles(int DK, int W, int rows) {
+  return (DK + rows - 1) / rows * register_tiles::tiles(W);
+}
+
 // Threads of a state-pass team: one tile each on a GPU (a multiple of 32),
 // one thread holding them all on the host.
 inline int state_pass_team(int DK, int W, int rows) {
   if (host_execution) return 1;
-  const int count = (DK + rows - 1) / rows * register_tiles::tiles(W);
-  return (count + 31) / 32 * 32;
+  return (state_pass_tiles(DK, W, rows) + 31) / 32 * 32;
 }
 
 template <class Views, class Snapshots, int RX>
@@ -57,7 +61,7 @@ struct MaterializedRegisterStatePass {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     const Tiles tl(m, level, lay, DK, C, W);
-    const int count = (DK + RX - 1) / RX * tl.wt;
+    const int count = state_pass_tiles(DK, W, RX);
     const bool has_initial = views.initial_state.extent(0) > 0;
     Acc s[kS][RX][R];
     int dr[kS], jc[kS];

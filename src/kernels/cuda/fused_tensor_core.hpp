@@ -193,9 +193,10 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   // (measured -4% at block 32, -12% at block 64 with DK 64); with four groups
   // the spread loop spills at 128 registers (+17%), so they go in one burst.
   constexpr bool kSpreadLoads = kGroups < 4;
+  auto pieces = [](int segments) { return (segments + kThreads - 1) / kThreads; };  // 16-byte pieces per thread
   constexpr int qk_segs = DK / 8, v_segs = BV / 8;
-  constexpr int qk_pieces = (kChunk * qk_segs + kThreads - 1) / kThreads;
-  constexpr int kLoadPieces = qk_pieces + (kChunk * v_segs + kThreads - 1) / kThreads;
+  constexpr int qk_pieces = pieces(kChunk * qk_segs);
+  constexpr int kLoadPieces = qk_pieces + pieces(kChunk * v_segs);
   auto load_piece = [&](int c, int buf, int p) {
     const int t0 = c * kChunk;
     if (p < qk_pieces) {
@@ -259,8 +260,9 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   // (the state before chunk c) and, with several groups, piece j of o of the
   // chunk before (one group has no barrier between that loop and restaging o).
   constexpr int h_segs = BV * 2 / 16, o_per = 16 / int(sizeof(OutT)), o_segs = BV / o_per;
-  constexpr int h_pieces = snapshots_from_shared ? (DK * h_segs + kThreads - 1) / kThreads : 0;
-  constexpr int o_pieces = kShareA ? (kChunk * o_segs + kThreads - 1) / kThreads : 0;
+  constexpr int h_pieces = snapshots_from_shared ? pieces(DK * h_segs) : 0;
+  constexpr int o_pieces_all = pieces(kChunk * o_segs);
+  constexpr int o_pieces = kShareA ? o_pieces_all : 0;  // deferred to the next chunk's first loop
   auto store_h_piece = [&](int c, int j) {
     const int i = threadIdx.x + j * kThreads, r = i / h_segs, sg = i % h_segs;
     E* hc = static_cast<E*>(args.h) + ((std::size_t(b) * NT + c) * H + hh) * std::size_t(DK) * DV + v0;
@@ -450,7 +452,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     __syncthreads();  // every warp has read S_hi/S_lo of the old state; o is staged
     publish_state(c + 1);
     if (!kShareA || c + 1 == NT)  // ... and leaves now, or in the next chunk's first loop
-      for (int j = 0; j < (kChunk * o_segs + kThreads - 1) / kThreads; ++j) store_o_piece(t0, j);
+      for (int j = 0; j < o_pieces_all; ++j) store_o_piece(t0, j);
   }
 #endif
 }
