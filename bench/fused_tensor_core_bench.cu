@@ -6,7 +6,7 @@
 // bench/compare_fla.py.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc bench/fused_tensor_core_bench.cu -o tc_bench
-//   ./tc_bench B T H DK DV [block_dv] [reps] [group_width]
+//   ./tc_bench B T H DK DV [block_dv] [reps] [group_width] [segments]
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "wgmma/fused_wgmma.hpp"
 
@@ -46,13 +46,14 @@ static std::vector<float> to_host(const __nv_bfloat16* d, std::size_t n) {
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: %s B T H DK DV [block_dv] [reps] [group_width]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B T H DK DV [block_dv] [reps] [group_width] [segments]\n", argv[0]);
     return 2;
   }
   const int B = std::atoi(argv[1]), T = std::atoi(argv[2]), H = std::atoi(argv[3]), DK = std::atoi(argv[4]),
             DV = std::atoi(argv[5]);
   const int block_dv = argc > 6 ? std::atoi(argv[6]) : 0, reps = argc > 7 ? std::atoi(argv[7]) : 20;
   const int group_width = argc > 8 ? std::atoi(argv[8]) : 32;  // wgmma kernel: DV columns per warpgroup
+  const int segments_arg = argc > 9 ? std::atoi(argv[9]) : 0;  // mma.sync kernel: 1 whole sequences, 0 chooses
   const int NT = (T + 63) / 64;
   const std::size_t nq = std::size_t(B) * T * H * DK, nv = std::size_t(B) * T * H * DV;
   const std::size_t nh = std::size_t(B) * NT * H * DK * DV, ns = std::size_t(B) * H * DK * DV;
@@ -95,15 +96,24 @@ int main(int argc, char** argv) {
   const double bytes = 2.0 * (2 * nq + 2 * nv + nh) + 4.0 * ns;
   const std::vector<float> hq = to_host(q, nq), hk = to_host(k, nq), hv = to_host(v, nv);
 
-  linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f};
+  linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f, 0, nullptr};
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::vector<float> ref_h, ref_fs;  // the mma.sync kernel's, to check the wgmma kernel's against
-  for (const char* kernel : {"mma.sync", "wgmma"}) {
+  std::vector<float> ref_o, ref_h, ref_fs;  // the first kernel's, to check the others against
+  // mma.sync over whole sequences (the reference for the rest), then with
+  // segments_arg segments unless that is 1, then wgmma when TC_WGMMA is set.
+  std::vector<const char*> kernels{"mma.sync"};
+  if (segments_arg != 1) kernels.push_back("split");
+  if (std::getenv("TC_WGMMA")) kernels.push_back("wgmma");
+  for (const char* kernel : kernels) {
     const bool wgmma = kernel[0] == 'w';
+    int segments = 1;
     auto run = [&] {
-      return wgmma ? linattn::cuda::run_fused_wgmma<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(args, block_dv, sms, 0, group_width)
-                   : linattn::cuda::run_fused_tensor_core<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(args, block_dv, sms, 0);
+      if (wgmma) return linattn::cuda::run_fused_wgmma<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(args, block_dv, sms, 0, group_width);
+      const auto plan = linattn::cuda::run_fused_tensor_core<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(
+          args, block_dv, kernel[0] == 's' ? segments_arg : 1, sms, 0);
+      segments = plan.segments;
+      return plan.block_dv;
     };
     CHECK(cudaMemset(o, 0xff, nv * 2));  // poison: NaN patterns
     CHECK(cudaMemset(h, 0xff, nh * 2));
@@ -147,26 +157,31 @@ int main(int argc, char** argv) {
         den += acc * acc;
       }
     }
-    // every snapshot and the final state, against the mma.sync kernel's
-    double hdiff = 0, fdiff = 0;
+    // o, every snapshot and the final state, against the mma.sync kernel's (relative L2)
+    auto rel_l2 = [&](const std::vector<float>& x, const std::vector<float>& ref) {
+      double n2 = 0, d2 = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        finite = finite && std::isfinite(x[i]);
+        n2 += (double(x[i]) - ref[i]) * (double(x[i]) - ref[i]);
+        d2 += double(ref[i]) * ref[i];
+      }
+      return std::sqrt(n2 / d2);
+    };
+    double odiff = 0, hdiff = 0, fdiff = 0;
     if (ref_h.empty()) {
+      ref_o = ho;
       ref_h = hh;
       ref_fs = hfs;
     } else {
-      for (std::size_t i = 0; i < nh; ++i) {
-        finite = finite && std::isfinite(hh[i]);
-        hdiff = std::max(hdiff, double(std::fabs(hh[i] - ref_h[i])) / (1e-3 + std::fabs(ref_h[i])));
-      }
-      for (std::size_t i = 0; i < ns; ++i) {
-        finite = finite && std::isfinite(hfs[i]);
-        fdiff = std::max(fdiff, double(std::fabs(hfs[i] - ref_fs[i])) / (1e-3 + std::fabs(ref_fs[i])));
-      }
+      odiff = rel_l2(ho, ref_o);
+      hdiff = rel_l2(hh, ref_h);
+      fdiff = rel_l2(hfs, ref_fs);
     }
-    std::printf("%-8s B=%d T=%d H=%d DK=%d DV=%d block_dv=%d: %.3f ms (min %.3f), %.0f GB/s, %.1f%% of copy %.0f GB/s, "
-                "floor %.3f ms, o rel L2 %.2e, h / final state max rel diff to mma.sync %.1e / %.1e%s\n",
-                kernel, B, T, H, DK, DV, used, med, ms[0], bytes / (med * 1e-3) / 1e9,
+    std::printf("%-8s B=%d T=%d H=%d DK=%d DV=%d block_dv=%d segments=%d: %.3f ms (min %.3f), %.0f GB/s, %.1f%% of copy %.0f GB/s, "
+                "floor %.3f ms, o rel L2 %.2e, o / h / final state rel L2 to mma.sync %.1e / %.1e / %.1e%s\n",
+                kernel, B, T, H, DK, DV, used, segments, med, ms[0], bytes / (med * 1e-3) / 1e9,
                 100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, std::sqrt(num / den),
-                hdiff, fdiff, finite ? "" : " NON-FINITE");
+                odiff, hdiff, fdiff, finite ? "" : " NON-FINITE");
   }
   return 0;
 }

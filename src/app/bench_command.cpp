@@ -33,6 +33,7 @@ Command add_bench_command(CLI::App& parent) {
     std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json;
     std::vector<std::string> variants = {"fused", "materialized", "recompute"};
     std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
+    int segments = 0;
     int reps = 20, warmup = 3, team_size = 0;
     std::uint64_t seed = 1;
   };
@@ -62,6 +63,10 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--reps", o->reps, "Timed repetitions (the median is reported)")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--block-dv", o->block_dv, "DV block width (0: chosen)")->capture_default_str();
+  cmd->add_option("--segments", o->segments,
+                  "Tensor-core kernel: split each sequence into this many segments (1: never, 0: chosen)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO; the register-blocked state pass sizes its own)")->capture_default_str();
   cmd->add_option("--accuracy-tokens", o->accuracy_tokens, "Tokens of the slice checked against fp64")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
@@ -71,9 +76,9 @@ Command add_bench_command(CLI::App& parent) {
             nlohmann::json doc;
             doc["linattn_version"] = LINATTN_VERSION;
             doc["rows"] = nlohmann::json::array();
-            TextTable table{{"shape (B,T,H,DK,DV)", "variant", "gemm", "bdv", "ms", "floor ms", "GB/s", "% copy BW",
+            TextTable table{{"shape (B,T,H,DK,DV)", "variant", "gemm", "bdv", "seg", "ms", "floor ms", "GB/s", "% copy BW",
                              "TFLOP/s", "o rel L2"},
-                            {false, false, false, true, true, true, true, true, true, true},
+                            {false, false, false, true, true, true, true, true, true, true, true},
                             {}};
             for (const std::string& s : o->shapes) {
               BenchConfig bc;
@@ -86,6 +91,7 @@ Command add_bench_command(CLI::App& parent) {
               bc.snapshots = parse_snapshot_mode(o->snapshots);
               bc.output_fp32 = o->out_dtype == "fp32";
               bc.block_dv = o->block_dv;
+              bc.segments = o->segments;
               bc.team_size = o->team_size;
               bc.reps = o->reps;
               bc.warmup = o->warmup;
@@ -102,7 +108,7 @@ Command add_bench_command(CLI::App& parent) {
                         << r.kokkos_version << "), copy bandwidth " << fixed(r.copy_gbps, 1) << " GB/s" << std::endl;
               for (const VariantTiming& t : r.rows) {
                 table.rows.push_back({shape, variant_name(t.variant), gemm_path_name(t.gemm), std::to_string(t.block_dv),
-                                      fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
+                                      std::to_string(t.segments), fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
                                       fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
                 doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
                                        {"chunk", p.chunk},
@@ -112,6 +118,7 @@ Command add_bench_command(CLI::App& parent) {
                                        {"variant", variant_name(t.variant)},
                                        {"gemm", gemm_path_name(t.gemm)},
                                        {"block_dv", t.block_dv},
+                                       {"segments", t.segments},
                                        {"median_ms", t.median_ms},
                                        {"min_ms", t.min_ms},
                                        {"max_ms", t.max_ms},

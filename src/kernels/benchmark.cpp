@@ -103,6 +103,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     cfg.snapshots = bc.snapshots;
     cfg.output_fp32 = bc.output_fp32;
     cfg.block_dv = bc.block_dv;
+    cfg.segments = bc.segments;
     cfg.team_size = bc.team_size;
     if (bc.gemm == GemmPath::tensor_core && variant == Variant::fused) {
       const std::string why = tensor_core_unavailable<In, Out, Snap>(p, cfg);
@@ -123,6 +124,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     row.variant = variant;
     row.gemm = run.gemm;
     row.block_dv = run.plan.block_dv;
+    row.segments = run.segments;
     row.median_ms = median(ms);
     row.min_ms = *std::min_element(ms.begin(), ms.end());
     row.max_ms = *std::max_element(ms.begin(), ms.end());

@@ -21,6 +21,7 @@ struct BenchConfig {
   SnapshotMode snapshots = SnapshotMode::bf16;  // as fla stores h
   bool output_fp32 = false;
   std::int64_t block_dv = 0;
+  int segments = 0;  // tensor-core kernel: 0 chooses
   int team_size = 0;
   int reps = 20;
   int warmup = 3;
@@ -32,6 +33,7 @@ struct VariantTiming {
   Variant variant = Variant::fused;
   GemmPath gemm = GemmPath::kokkos_kernels;
   std::int64_t block_dv = 0;
+  int segments = 1;
   double median_ms = 0, min_ms = 0, max_ms = 0;
   double flops = 0, min_bytes = 0;
   double gbps = 0;            // min_bytes / median time

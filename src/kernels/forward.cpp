@@ -102,6 +102,7 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
     check_shape(*initial_z, p.z_shape(), "z_state (initial)");
   }
   if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
+  if (config.segments < 0 || config.segments > 65535) throw std::invalid_argument("segments must be in 0..65535");
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
     throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");

@@ -38,6 +38,7 @@ struct ForwardConfig {
   bool output_fp32 = false;  // o in fp32 instead of the input type
   SnapshotMode snapshots = SnapshotMode::accumulation;
   std::int64_t block_dv = 0;  // DV block width; 0 chooses from the scratch limit
+  int segments = 0;           // tensor-core kernel: N > 1 splits each sequence into N segments, 1 does not, 0 chooses
   int team_size = 0;          // 0: Kokkos::AUTO
   bool poison_outputs = false;  // fill device outputs with NaN first, so that an unwritten element shows
   bool normalize = false;       // fla's normalize=True: o / (scale q . (z0 + cumsum k) + 1e-10), z_state returned
@@ -48,6 +49,7 @@ struct ForwardOutput {
   Tensor z_state;            // [N, H, DK] in the accumulation type; empty unless normalize
   double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
   std::int64_t block_dv = 0;  // what the scratch plan (or the tensor-core launcher) chose
+  int segments = 1;           // segments per sequence the tensor-core kernel walked (1 elsewhere)
   int scratch_level = 0;
   GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
 };

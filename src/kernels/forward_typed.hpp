@@ -137,6 +137,7 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   Kokkos::fence();
   out.kernel_seconds = timer.seconds();
   out.block_dv = run.plan.block_dv;
+  out.segments = run.segments;
   out.scratch_level = run.plan.level;
   out.gemm = run.gemm;
 

@@ -22,6 +22,7 @@ namespace linattn {
 struct VariantRun {
   ScratchPlan plan;
   GemmPath gemm = GemmPath::kokkos_kernels;
+  int segments = 1;  // per sequence (tensor-core kernel only)
 };
 
 template <class Views>
@@ -33,10 +34,14 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
   const bool tensor_cores_allowed = (config.gemm == GemmPath::automatic || config.gemm == GemmPath::tensor_core) &&
                                     !p.varlen() && config.variant != Variant::recurrent;
   if (tensor_cores_allowed && tensor_core_unavailable<In, Out, Snap>(p, config).empty()) {
-    run.plan.block_dv = run_fused_tensor_core(p, views, config.block_dv);
+    const TensorCoreLaunch launch = run_fused_tensor_core(p, views, config.block_dv, config.segments);
+    run.plan.block_dv = launch.block_dv;
+    run.segments = launch.segments;
     run.gemm = GemmPath::tensor_core;
     return run;
   }
+  if (config.segments > 1)
+    throw std::invalid_argument("segments > 1 splits sequences on the tensor-core kernel only, which does not run here");
   if (config.gemm == GemmPath::host_tile && !host_execution)
     throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
   const SequenceMap seqs = make_sequence_map(p);

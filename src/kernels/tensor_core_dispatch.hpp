@@ -54,9 +54,14 @@ struct cuda_element<fp16_t> {
 };
 #endif
 
-// Runs the fused variant on tensor cores; returns the block_dv it used.
+struct TensorCoreLaunch {
+  std::int64_t block_dv = 0;
+  int segments = 1;  // per sequence
+};
+
+// Runs the fused variant on tensor cores (segments: 0 chooses); returns what it used.
 template <class Views>
-std::int64_t run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv) {
+TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments) {
 #if defined(KOKKOS_ENABLE_CUDA)
   using E = typename cuda_element<typename Views::input_type>::type;
   using O = typename cuda_element<typename Views::output_type>::type;
@@ -77,15 +82,20 @@ std::int64_t run_fused_tensor_core(const Problem& p, const Views& views, std::in
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
     args.scale = static_cast<float>(p.scale);
+    args.seg_chunks = 0;
+    args.seg_sums = nullptr;
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    return cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), sms, ExecSpace().cuda_stream());
+    const cuda::FusedTensorCorePlan plan =
+        cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, sms, ExecSpace().cuda_stream());
+    return {plan.block_dv, plan.segments};
   }
 #endif
   (void)p;
   (void)views;
   (void)block_dv;
+  (void)segments;
   throw std::logic_error("tensor-core kernel requested where it is unavailable");
 }
 
