@@ -1,11 +1,12 @@
 // Standalone timing of the CUDA tensor-core fused kernels without Kokkos, for
 // fast iteration on the kernels themselves (seconds to build instead of
-// minutes): the mma.sync kernel and, built for sm_90a, the wgmma kernel, in
-// one run, with the wgmma kernel's snapshots and final state compared to the
-// mma.sync kernel's. The numbers that count come from `linattn bench` and
-// bench/compare_fla.py.
+// minutes): the mma.sync kernel over whole sequences, then split into
+// `segments` per sequence (unless 1; 0 chooses), then with TC_WGMMA=1 the
+// wgmma experiment (built for sm_90a), in one run, with every later kernel's
+// o, snapshots and final state compared to the first one's. The numbers that
+// count come from `linattn bench` and bench/compare_fla.py.
 //
-//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc bench/fused_tensor_core_bench.cu -o tc_bench
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fused_tensor_core_bench.cu -o tc_bench
 //   ./tc_bench B T H DK DV [block_dv] [reps] [group_width] [segments]
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "wgmma/fused_wgmma.hpp"

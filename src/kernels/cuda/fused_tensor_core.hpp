@@ -209,11 +209,10 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   const std::size_t qk_token = std::size_t(H) * DK, v_token = std::size_t(H) * DV;
 
   // Chunk c's tiles into buffer buf as 16-byte asynchronous copies, in
-  // kLoadPieces pieces per thread (Q and K rows, then V rows). With one or two
-  // groups the pieces are spread over the first product loop like the stores
-  // (measured -4% at block 32, -12% at block 64 with DK 64); with four groups
-  // the spread loop spills at 128 registers (+17%), so they go in one burst.
-  constexpr bool kSpreadLoads = kGroups < 4;
+  // kLoadPieces pieces per thread (Q and K rows, then V rows), spread over the
+  // previous chunk's first product loop like the stores (measured -4% at block
+  // 32, -12% at block 64 with DK 64; at block 128, -5% once the hoisted piece
+  // offsets let the spread loop fit 128 registers: it had spilled, +17%).
   auto pieces = [](int segments) { return (segments + kThreads - 1) / kThreads; };  // 16-byte pieces per thread
   constexpr int qk_segs = DK / 8, v_segs = BV / 8;
   constexpr int qk_pieces = pieces(kChunk * qk_segs);
@@ -326,10 +325,6 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     const bool has_next = c + 1 < c_end;
     cp_async_wait_all();
     __syncthreads();  // chunk c and the state before it are in shared memory
-    if (!kSpreadLoads && has_next) {  // the next chunk's loads overlap this chunk's math
-      #pragma unroll 1
-      for (int p = 0; p < kLoadPieces; ++p) load_piece(c + 1, buf ^ 1, p);
-    }
 
     const E* qt = q_s + buf * L::qk_tile;
     const E* kt = k_s + buf * L::qk_tile;
@@ -351,7 +346,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     for (int kk = 0; kk < kKSteps; ++kk) {
       #pragma unroll
       for (int p = kk; p < kLoadPieces; p += kKSteps)
-        if (kSpreadLoads && has_next) load_piece(c + 1, buf ^ 1, p);
+        if (has_next) load_piece(c + 1, buf ^ 1, p);  // the next chunk's loads overlap this chunk's math
       #pragma unroll
       for (int p = kk; p < h_pieces + o_pieces; p += kKSteps) {
         if (p < h_pieces) {
