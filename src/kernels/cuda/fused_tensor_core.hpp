@@ -8,7 +8,8 @@
 // variant interface; the TeamPolicy kernel stays the portable implementation.
 //
 // One block owns (DV block of BV columns, batch*head) and walks the chunks in
-// order (seed 000 section 6.4.2). It has BV/32 groups of 4 warps that share the
+// order (seed 000 section 6.4.2); with few sequences, one segment of them
+// (split sequences: choose_segments and segment_sum_kernel below). It has BV/32 groups of 4 warps that share the
 // Q and K tiles, each group owning 32 DV columns; warp w of a group does
 //   A   = scale * tril(Q_c K_c^T)      rows 16w..16w+15, in registers
 //   O_c = scale * Q_c S + A V_c        S from shared memory, A from registers
@@ -124,6 +125,36 @@ __device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+// ds += K^T V over keys 16kk..16kk+15, for the state rows row0 + 16mt.. of a
+// warp (K stored [key][d], kt its tile with row stride k_stride) by the warp's
+// V fragments vf (8-column pairs, from ldmatrix.trans of V stored [key][dv]).
+template <class E, int kSMTiles, int kNTiles>
+__device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
+                                   const std::uint32_t (&vf)[kNTiles / 2][4], int kk, int row0, int lane) {
+  #pragma unroll
+  for (int mt = 0; mt < kSMTiles; ++mt) {
+    std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys
+    ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1));
+    #pragma unroll
+    for (int np = 0; np < kNTiles / 2; ++np) {
+      Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
+      Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
+    }
+  }
+}
+
+// s += ds element by element, in IEEE fp32 (the tensor cores' own fp32 sums are not IEEE-rounded).
+template <int kSMTiles, int kNTiles>
+__device__ inline void add_tiles(float (&s)[kSMTiles][kNTiles][4], const float (&ds)[kSMTiles][kNTiles][4]) {
+  #pragma unroll
+  for (int mt = 0; mt < kSMTiles; ++mt)
+    #pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];
+}
+
 
 template <class T>
 __device__ inline void store_pair(T* p, float a, float b);
@@ -460,23 +491,9 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
           Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
         }
       }
-      #pragma unroll
-      for (int mt = 0; mt < kSMTiles; ++mt) {
-        std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys, from K stored [key][d]
-        ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + warp * kSRows + 16 * mt + 8 * ((lane >> 3) & 1));
-        #pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
-          Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
-        }
-      }
+      add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);
     }
-    #pragma unroll
-    for (int mt = 0; mt < kSMTiles; ++mt)
-      #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];  // S += K^T V after the output: the right shift
+    add_tiles(s, ds);  // S += K^T V after the output: the right shift
 
     // Stage this chunk's rows of o in shared memory ...
     #pragma unroll
@@ -558,23 +575,9 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
-      #pragma unroll
-      for (int mt = 0; mt < kSMTiles; ++mt) {
-        std::uint32_t kf[4];
-        ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * L::k_stride + warp * kSRows + 16 * mt + 8 * ((lane >> 3) & 1));
-        #pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
-          Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
-        }
-      }
+      add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
     }
-    #pragma unroll
-    for (int mt = 0; mt < kSMTiles; ++mt)
-      #pragma unroll
-      for (int nt = 0; nt < kNTiles; ++nt)
-        #pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];
+    add_tiles(s, ds);
   }
   cp_async_wait_all();
   float* out = sums + (std::size_t(bh) * gridDim.y + blockIdx.y) * DK * std::size_t(DV) + v0 + cg;
