@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
   const double bytes = 2.0 * (2 * nq + 2 * nv + nh) + 4.0 * ns;
   const std::vector<float> hq = to_host(q, nq), hk = to_host(k, nq), hv = to_host(v, nv);
 
-  linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f, 0, nullptr};
+  linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f};
   int sms = 0;
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<float> ref_o, ref_h, ref_fs;  // the first kernel's, to check the others against

@@ -26,6 +26,27 @@ constexpr bool kHaveTensorCores = true;
 constexpr bool kHaveTensorCores = false;
 #endif
 
+ForwardConfig tensor_core_config(std::int64_t block_dv, int segments, bool fp32_out, SnapshotMode snaps) {
+  ForwardConfig cfg;
+  cfg.gemm = GemmPath::tensor_core;
+  cfg.block_dv = block_dv;
+  cfg.segments = segments;
+  cfg.output_fp32 = fp32_out;
+  cfg.snapshots = snaps;
+  cfg.poison_outputs = true;
+  return cfg;
+}
+
+// o, every snapshot and the final state within the levels of DESIGN.md's numerics policy.
+template <class Reference>
+void expect_matches_reference(const ForwardOutput& out, const Reference& ref, DType dtype) {
+  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), stored_level(dtype, out.o.dtype) + tensor_core_split_level(dtype))
+      << "o, block_dv " << out.block_dv << ", out " << dtype_name(out.o.dtype);
+  EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype))
+      << "h, snapshots " << dtype_name(out.h.dtype);
+  EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, DType::f32));
+}
+
 TEST(TensorCore, MatchesReferenceOnGpu) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
   const Problem problems[] = {tc_problem(2, 200, 3, 128, 96), tc_problem(1, 64, 2, 64, 64), tc_problem(3, 129, 2, 64, 128)};
@@ -43,20 +64,10 @@ TEST(TensorCore, MatchesReferenceOnGpu) {
           if (p.DV % (block_dv ? block_dv : 32) != 0) continue;
           for (bool fp32_out : {false, true}) {
             for (SnapshotMode snaps : {SnapshotMode::accumulation, SnapshotMode::bf16}) {
-              ForwardConfig cfg;
-              cfg.gemm = GemmPath::tensor_core;
-              cfg.block_dv = block_dv;
-              cfg.output_fp32 = fp32_out;
-              cfg.snapshots = snaps;
-              cfg.poison_outputs = true;
+              const ForwardConfig cfg = tensor_core_config(block_dv, 0, fp32_out, snaps);
               const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, with_state ? &in.initial_state : nullptr);
               ASSERT_EQ(out.gemm, GemmPath::tensor_core);
-              const double split = tensor_core_split_level(dtype);
-              EXPECT_LE(relative_l2(out.o.to_double(), ref.o), stored_level(dtype, out.o.dtype) + split)
-                  << "o, block_dv " << out.block_dv << ", out " << dtype_name(out.o.dtype);
-              EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype))
-                  << "h, snapshots " << dtype_name(out.h.dtype);
-              EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, DType::f32));
+              expect_matches_reference(out, ref, dtype);
             }
           }
         }
@@ -86,20 +97,12 @@ TEST(TensorCore, SplitSequencesMatchReference) {
             SCOPED_TRACE("T=" + std::to_string(p.T) + " DK=" + std::to_string(p.DK) + " segments " +
                          std::to_string(segments) + (with_state ? " with initial state" : "") +
                          (fp32_out ? " fp32 o" : "") + (snaps == SnapshotMode::bf16 ? " bf16 h" : ""));
-            ForwardConfig cfg;
-            cfg.gemm = GemmPath::tensor_core;
-            cfg.segments = segments;
-            cfg.output_fp32 = fp32_out;
-            cfg.snapshots = snaps;
-            cfg.poison_outputs = true;
+            const ForwardConfig cfg = tensor_core_config(0, segments, fp32_out, snaps);
             const ForwardOutput out = run_forward(p, cfg, in.q, in.k, in.v, with_state ? &in.initial_state : nullptr);
             ASSERT_EQ(out.gemm, GemmPath::tensor_core);
             if (segments == 0) EXPECT_GT(out.segments, 1) << "one or two sequences should be split";
             else EXPECT_EQ(out.segments, segments);
-            EXPECT_LE(relative_l2(out.o.to_double(), ref.o),
-                      stored_level(DType::bf16, out.o.dtype) + tensor_core_split_level(DType::bf16));
-            EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(DType::bf16, out.h.dtype));
-            EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(DType::bf16, DType::f32));
+            expect_matches_reference(out, ref, DType::bf16);
           }
         }
       }

@@ -82,8 +82,6 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
     args.scale = static_cast<float>(p.scale);
-    args.seg_chunks = 0;
-    args.seg_sums = nullptr;
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);

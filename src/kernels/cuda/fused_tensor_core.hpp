@@ -32,6 +32,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -669,43 +670,47 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   if (segments < 1 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 1..65535");
+  // Kernels are compiled for DK 64 and 128 and blocks of 32, 64 and 128 columns.
+  auto with_shape = [&](int bv, auto f) {
+    auto with_dk = [&](auto dk) {
+      if (bv == 128) f(dk, std::integral_constant<int, 128>{});
+      else if (bv == 64) f(dk, std::integral_constant<int, 64>{});
+      else f(dk, std::integral_constant<int, 32>{});
+    };
+    if (args.DK == 128) with_dk(std::integral_constant<int, 128>{});
+    else with_dk(std::integral_constant<int, 64>{});
+  };
   args.seg_chunks = 0;
   args.seg_sums = nullptr;
-  float* sums = nullptr;
+  struct StreamFree {  // the segment sums go back to the pool after the kernels (also when a launch throws)
+    cudaStream_t stream;
+    void operator()(float* p) const { cudaFreeAsync(p, stream); }
+  };
+  std::unique_ptr<float, StreamFree> sums(nullptr, StreamFree{stream});
   if (segments > 1) {
     args.seg_chunks = (NT + segments - 1) / segments;
     segments = (NT + args.seg_chunks - 1) / args.seg_chunks;  // no empty segment
     const std::size_t state_elems = std::size_t(args.DK) * args.DV, total = std::size_t(args.B) * args.H * state_elems;
     keep_pool_memory();
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&sums), total * segments * sizeof(float), stream);
+    float* raw = nullptr;
+    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&raw), total * segments * sizeof(float), stream);
     if (err != cudaSuccess) throw std::runtime_error(std::string("tensor-core fused: segment states: ") + cudaGetErrorString(err));
-    auto sum = [&](auto dk, auto bv) {
+    sums.reset(raw);
+    with_shape(widest_block_dv(args.DV), [&](auto dk, auto bv) {
       constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
       auto kernel = detail::segment_sum_kernel<E, DK, BV>;
       const std::size_t bytes = detail::SumLayout<DK, BV>::bytes;
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
       if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
-      kernel<<<dim3(args.DV / BV, segments, args.B * args.H), 4 * BV, bytes, stream>>>(args, sums);
-    };
-    auto sum_dk = [&](auto dk) {
-      const int bv = widest_block_dv(args.DV);
-      if (bv == 128) sum(dk, std::integral_constant<int, 128>{});
-      else if (bv == 64) sum(dk, std::integral_constant<int, 64>{});
-      else sum(dk, std::integral_constant<int, 32>{});
-    };
-    if (args.DK == 128) sum_dk(std::integral_constant<int, 128>{});
-    else sum_dk(std::integral_constant<int, 64>{});
-    args.seg_sums = sums;
+      kernel<<<dim3(args.DV / BV, segments, args.B * args.H), 4 * BV, bytes, stream>>>(args, raw);
+      err = cudaGetLastError();
+      if (err != cudaSuccess) throw std::runtime_error(std::string("segment sum launch: ") + cudaGetErrorString(err));
+    });
+    args.seg_sums = raw;
   }
-  auto launch = [&](auto dk) {
-    constexpr int DK = decltype(dk)::value;
-    if (block_dv == 128) detail::launch_fused_tensor_core<E, DK, 128, OutT, SnapT>(args, segments, stream);
-    else if (block_dv == 64) detail::launch_fused_tensor_core<E, DK, 64, OutT, SnapT>(args, segments, stream);
-    else detail::launch_fused_tensor_core<E, DK, 32, OutT, SnapT>(args, segments, stream);
-  };
-  if (args.DK == 128) launch(std::integral_constant<int, 128>{});
-  else launch(std::integral_constant<int, 64>{});
-  if (sums) cudaFreeAsync(sums, stream);
+  with_shape(block_dv, [&](auto dk, auto bv) {
+    detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT>(args, segments, stream);
+  });
   return {block_dv, segments};
 }
 
