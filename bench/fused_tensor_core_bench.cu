@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #define CHECK(x)                                                                        \
@@ -178,11 +179,19 @@ int main(int argc, char** argv) {
       hdiff = rel_l2(hh, ref_h);
       fdiff = rel_l2(hfs, ref_fs);
     }
+    // A hash of every output bit, to tell builds of the same arithmetic apart from changed arithmetic.
+    std::uint64_t hash = 1469598103934665603ull;
+    for (const std::vector<float>* x : std::initializer_list<const std::vector<float>*>{&ho, &hh, &hfs})
+      for (float f : *x) {
+        std::uint32_t u;
+        std::memcpy(&u, &f, 4);
+        hash = (hash ^ u) * 1099511628211ull;
+      }
     std::printf("%-8s B=%d T=%d H=%d DK=%d DV=%d block_dv=%d segments=%d: %.3f ms (min %.3f), %.0f GB/s, %.1f%% of copy %.0f GB/s, "
-                "floor %.3f ms, o rel L2 %.2e, o / h / final state rel L2 to mma.sync %.1e / %.1e / %.1e%s\n",
+                "floor %.3f ms, o rel L2 %.2e, o / h / final state rel L2 to mma.sync %.1e / %.1e / %.1e, hash %016llx%s\n",
                 kernel, B, T, H, DK, DV, used, segments, med, ms[0], bytes / (med * 1e-3) / 1e9,
                 100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, std::sqrt(num / den),
-                odiff, hdiff, fdiff, finite ? "" : " NON-FINITE");
+                odiff, hdiff, fdiff, static_cast<unsigned long long>(hash), finite ? "" : " NON-FINITE");
   }
   return 0;
 }

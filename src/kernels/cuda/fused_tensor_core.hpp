@@ -229,6 +229,11 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   // each owns kGroupWidth columns of the block's DV range, at column cg.
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
+  // This warp's token rows 16*rt..16*rt+15 (of O, A and the scores). Causal
+  // masking gives row tile r (r+1)/4 of the A V work and warp w of every group
+  // runs on scheduler w, so the groups take the row tiles in different orders
+  // and each scheduler gets all four (scheduler w: w, 3-w, w+2, 1-w mod 4).
+  const int rt = kShareA ? (((grp & 1) ? 3 - warp : warp) + 2 * (grp >> 1)) & 3 : warp;
   const int T = args.T, H = args.H, DV = args.DV;
   const int b = blockIdx.y / H, hh = blockIdx.y % H, v0 = blockIdx.x * BV;
   const int NT = (T + kChunk - 1) / kChunk;
@@ -388,12 +393,12 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
         }
       }
       std::uint32_t qf[4];
-      ldmatrix_x4(qf, qt + (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
+      ldmatrix_x4(qf, qt + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
       if constexpr (kShareA) {
         #pragma unroll
         for (int j = 0; j < kATiles; ++j) {
           const int tile = grp + j * kGroups;
-          if (tile > warp) continue;  // key tiles past this warp's rows are masked to zero
+          if (tile > rt) continue;  // key tiles past this warp's rows are masked to zero
           std::uint32_t kf[4];
           ldmatrix_x4(kf, kt + (16 * tile + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
           Elem<E>::mma(a[2 * j], qf, kf[0], kf[1]);
@@ -426,7 +431,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int row = 16 * warp + g + 8 * (e / 2);
+        const int row = 16 * rt + g + 8 * (e / 2);
         const int col = (kShareA ? 16 * (grp + (nt / 2) * kGroups) + 8 * (nt % 2) : 8 * nt) + 2 * t4 + (e % 2);
         a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
       }
@@ -434,10 +439,10 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       #pragma unroll
       for (int nt = 0; nt < 2 * kATiles; ++nt) {
         const int tile = grp + (nt / 2) * kGroups;
-        if (tile > warp) continue;
+        if (tile > rt) continue;
         #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int off = (16 * warp + g + 8 * half) * L::a_stride + 16 * tile + 8 * (nt % 2) + 2 * t4;
+            const int off = (16 * rt + g + 8 * half) * L::a_stride + 16 * tile + 8 * (nt % 2) + 2 * t4;
             const float x0 = a[nt][2 * half], x1 = a[nt][2 * half + 1];
             std::uint32_t hi, lo;
             Elem<E>::split(x0, x1, hi, lo);
@@ -471,10 +476,10 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
-      if (!(kSkipMasked || kShareA) || kk <= warp) {  // keys past this warp's rows contribute zero
+      if (!(kSkipMasked || kShareA) || kk <= rt) {  // keys past this warp's rows contribute zero
         std::uint32_t ahi[4], alo[4];
         if constexpr (kShareA) {
-          const int off = (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4);
+          const int off = (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4);
           ldmatrix_x4(ahi, a_hi + off);
           ldmatrix_x4(alo, a_lo + off);
         } else {
@@ -501,9 +506,11 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
       for (int half = 0; half < 2; ++half)
-        store_pair<OutT>(o_s + (16 * warp + g + 8 * half) * L::o_stride + cg + 8 * nt + 2 * t4, o[nt][2 * half],
+        store_pair<OutT>(o_s + (16 * rt + g + 8 * half) * L::o_stride + cg + 8 * nt + 2 * t4, o[nt][2 * half],
                          o[nt][2 * half + 1]);
-    __syncthreads();  // every warp has read S_hi/S_lo of the old state; o is staged
+    // Every warp has read S_hi/S_lo of the old state (with several groups the
+    // score barrier above already ensured it) and o is staged.
+    if (!kShareA || !has_next) __syncthreads();
     publish_state(c + 1);
     if (!kShareA || !has_next)  // ... and leaves now, or in the next chunk's first loop
       for (int j = 0; j < o_pieces_all; ++j) store_o_piece(t0, j);
