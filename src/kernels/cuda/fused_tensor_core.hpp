@@ -9,9 +9,10 @@
 //
 // One block owns (DV block of BV columns, batch*head) and walks the chunks in
 // order (seed 000 section 6.4.2); with few sequences, one segment of them
-// (split sequences: choose_segments and segment_sum_kernel below). It has BV/32 groups of 4 warps that share the
-// Q and K tiles, each group owning 32 DV columns; warp w of a group does
-//   A   = scale * tril(Q_c K_c^T)      rows 16w..16w+15, in registers
+// (split sequences: choose_segments and segment_sum_kernel below). It has
+// groups of 4 warps that share the Q and K tiles, each group owning 32 DV
+// columns (16 for DK 64 in blocks of 64); warp w of a group does
+//   A   = scale * tril(Q_c K_c^T)      16 token rows (a row tile), in registers
 //   O_c = scale * Q_c S + A V_c        S from shared memory, A from registers
 //   S  += K_c^T V_c                    state rows w*DK/4.., in registers (fp32)
 // Each Q and K tile is read once per block, so wider blocks cut L2 traffic
@@ -20,10 +21,12 @@
 // BENCHMARKS.md), so h and o leave shared memory in pieces spread over the next
 // chunk's first product loop rather than in bursts.
 // The state never leaves the chip in fp32; each snapshot h[c] is stored as the
-// loop passes. Operands rounded to 16 bits for the tensor cores (the state S
-// and the scores A) are split into a high and a low 16-bit part, x = hi + lo,
-// so that their rounding costs ~2^-16 instead of 2^-8 relative: the result is
-// as accurate as fp32 accumulation, not bf16-operand accurate.
+// loop passes. Operands rounded to 16 bits for the tensor cores are split into
+// a high and a low 16-bit part, x = hi + lo, so that their rounding costs
+// ~2^-16 instead of 2^-8 relative: the scores A always, the state S when o is
+// fp32 (then o is as accurate as fp32 accumulation). With 16-bit o the state
+// operand of Q S is rounded once, as fla's chunk_fwd_o reads bf16 snapshots
+// (kSplitState below).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -61,6 +64,11 @@ namespace detail {
 
 constexpr int kChunk = 64;
 constexpr int kGroupWidth = 32;  // DV columns owned by one group of 4 warps
+// The fused kernel's group width. DK 64 in blocks of 64 columns has little
+// work per warp and, as one block per SM, ran on 8 warps per SM: groups of 16
+// columns give it 16 (measured 0.510 -> 0.476 ms at 8,16384,16,64).
+template <int DK, int BV>
+constexpr int kFusedGroupWidth = DK == 64 && BV == 64 ? 16 : kGroupWidth;
 constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
 
 template <class E>
@@ -172,6 +180,14 @@ __device__ inline void store_pair<__half>(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
 
+// With fp32 o the state operand of Q S is split into hi + lo 16-bit parts
+// (fp32-accurate o); with 16-bit o it is rounded once to 16 bits, as fla's
+// chunk_fwd_o and the materialized variant read bf16 snapshots: o's own
+// rounding (u = 2^-8 for bf16) dominates, and the lo half of Q S was a quarter
+// of the kernel's tensor-core work.
+template <class OutT>
+constexpr bool kSplitState = sizeof(OutT) == 4;
+
 template <int DK, int BV, class OutT>
 struct Layout {
   static constexpr int qk_stride = DK + kPad;
@@ -179,26 +195,27 @@ struct Layout {
   static constexpr int qk_tile = kChunk * qk_stride;  // elements
   static constexpr int v_tile = kChunk * v_stride;
   static constexpr int s_tile = DK * v_stride;
-  // Q, K, V double-buffered, then S_hi, S_lo, then the output tile (OutT).
-  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + 2 * s_tile;
+  // Q, K, V double-buffered, then S_hi (and S_lo), then the output tile (OutT).
+  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + (kSplitState<OutT> ? 2 : 1) * s_tile;
   static constexpr std::size_t o_offset = std::size_t(elements) * 2;
   static constexpr int o_stride = BV + 16 / int(sizeof(OutT));  // OutT elements, 16 bytes of padding
   static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
   // With several groups the scores tril(Q K^T) are computed once per block and
   // shared through shared memory as hi and lo 16-bit tiles [64][a_stride].
   static constexpr int a_stride = kChunk + kPad;
-  static constexpr std::size_t a_bytes = BV > kGroupWidth ? std::size_t(2) * kChunk * a_stride * 2 : 0;
+  static constexpr std::size_t a_bytes = BV > kFusedGroupWidth<DK, BV> ? std::size_t(2) * kChunk * a_stride * 2 : 0;
   static constexpr std::size_t bytes = a_offset + a_bytes;
 };
 
 template <class E, int DK, int BV, class OutT, class SnapT>
-__global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+__global__ void __launch_bounds__(4 * 32 * (BV / kFusedGroupWidth<DK, BV>)) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<DK, BV, OutT>;
-  constexpr int kThreads = 4 * 32 * (BV / kGroupWidth);
+  constexpr int kGW = kFusedGroupWidth<DK, BV>;
+  constexpr int kThreads = 4 * 32 * (BV / kGW);
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
   constexpr int kSMTiles = kSRows / 16;
-  constexpr int kNTiles = kGroupWidth / 8;
+  constexpr int kNTiles = kGW / 8;
   constexpr int kKSteps = DK / 16;
   // Skipping the all-zero upper tiles of tril(Q K^T) leaves warp w with w+1 of
   // 4 key tiles. With 16 warps per SM that frees issue slots and shared-memory
@@ -207,8 +224,8 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   constexpr bool kSkipMasked = BV == 128;
   // Several groups: group j computes key tiles j, j + groups, ... of every warp
   // row's scores and all groups read them back (one Q K^T per block, not per group).
-  constexpr bool kShareA = BV > kGroupWidth;
-  constexpr int kGroups = BV / kGroupWidth;
+  constexpr bool kShareA = BV > kGW;
+  constexpr int kGroups = BV / kGW;
   constexpr int kATiles = kShareA ? 4 / kGroups : 4;  // 16-key tiles of A this warp computes
   const int grp = threadIdx.x >> 7;
   extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -217,7 +234,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   E* k_s = q_s + 2 * L::qk_tile;      // [2][64][qk_stride]
   E* v_s = k_s + 2 * L::qk_tile;      // [2][64][v_stride]
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
-  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride]
+  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride], with kSplitState only
   OutT* o_s = reinterpret_cast<OutT*>(shared_raw + L::o_offset);  // [64][o_stride]
   E* a_hi = reinterpret_cast<E*>(shared_raw + L::a_offset);  // [64][a_stride], kShareA only
   E* a_lo = a_hi + kChunk * L::a_stride;
@@ -226,8 +243,8 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
   constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value;
 
   // Groups of 4 warps share the Q and K tiles (read once from L2 per block) and
-  // each owns kGroupWidth columns of the block's DV range, at column cg.
-  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
+  // each owns kGW columns of the block's DV range, at column cg.
+  const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGW * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
   // This warp's token rows 16*rt..16*rt+15 (of O, A and the scores). Causal
   // masking gives row tile r (r+1)/4 of the A V work and warp w of every group
@@ -310,10 +327,14 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
         for (int half = 0; half < 2; ++half) {
           const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
           const float x0 = s[mt][nt][2 * half], x1 = s[mt][nt][2 * half + 1];
-          std::uint32_t hi, lo;
-          Elem<E>::split(x0, x1, hi, lo);
-          *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = hi;
-          *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = lo;
+          if constexpr (kSplitState<OutT>) {
+            std::uint32_t hi, lo;
+            Elem<E>::split(x0, x1, hi, lo);
+            *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = hi;
+            *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = lo;
+          } else {
+            *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = Elem<E>::pack(x0, x1);
+          }
           if (c == NT) {
             float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col;
             f[0] = x0;
@@ -421,9 +442,11 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kGroupWidth)) fused_tensor_core
         ldmatrix_x4_trans(sf, s_hi + off);
         Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
         Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
-        ldmatrix_x4_trans(sf, s_lo + off);
-        Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
-        Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
+        if constexpr (kSplitState<OutT>) {
+          ldmatrix_x4_trans(sf, s_lo + off);
+          Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
+          Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
+        }
       }
     }
     if (has_next) cp_async_commit();
@@ -608,7 +631,7 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, int segments, cud
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(args.DV / BV, args.B * args.H, segments);
-  kernel<<<grid, 4 * 32 * (BV / kGroupWidth), bytes, stream>>>(args);
+  kernel<<<grid, 4 * 32 * (BV / kFusedGroupWidth<DK, BV>), bytes, stream>>>(args);
   err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string("fused tensor-core launch: ") + cudaGetErrorString(err));
 }
