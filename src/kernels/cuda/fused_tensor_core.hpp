@@ -531,8 +531,11 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kFusedGroupWidth<DK, BV>)) fuse
       for (int half = 0; half < 2; ++half)
         store_pair<OutT>(o_s + (16 * rt + g + 8 * half) * L::o_stride + cg + 8 * nt + 2 * t4, o[nt][2 * half],
                          o[nt][2 * half + 1]);
-    // Every warp has read S_hi/S_lo of the old state (with several groups the
-    // score barrier above already ensured it) and o is staged.
+    // The state is republished only once every warp has read the old one, and
+    // o leaves now only once every warp has staged its rows. With several
+    // groups the score barrier above already ordered those reads, and o leaves
+    // in the next chunk's first loop (after its top barrier): only the last
+    // chunk needs this barrier (measured -1% at 8,16384,16,128).
     if (!kShareA || !has_next) __syncthreads();
     publish_state(c + 1);
     if (!kShareA || !has_next)  // ... and leaves now, or in the next chunk's first loop
