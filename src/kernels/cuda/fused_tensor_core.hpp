@@ -295,6 +295,8 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kFusedGroupWidth<DK, BV>)) fuse
 
   // The state strip S[:, v0:v0+BV], warp w holding rows w*kSRows.., as mma accumulators:
   // s[mt][nt][e] is S[row, col] with row = w*kSRows + 16mt + g + 8(e/2), col = 8nt + 2t4 + e%2.
+  // (One loop over zeroed accumulators adding the initial state, then each sum, gave the
+  // same bits but a chunk loop 11% slower: 0.939 -> 1.045 ms at 8,16384,16,128, measured.)
   float s[kSMTiles][kNTiles][4];
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt)
