@@ -23,16 +23,16 @@ import sys
 import numpy as np
 
 
-def cases(path):
+def cases(f):
+    """The groups of an open input file that hold a q/k/v case."""
     import h5py
-    with h5py.File(path, "r") as f:
-        return sorted(name for name in f if isinstance(f[name], h5py.Group) and "q" in f[name])
+    return sorted(name for name in f if isinstance(f[name], h5py.Group) and "q" in f[name])
 
 
 def prepare(args):
     import h5py
     with h5py.File(args.input, "r") as f:
-        for case in cases(args.input):
+        for case in cases(f):
             for name in ("q", "k", "v"):
                 x = np.ascontiguousarray(f[case][name][...], dtype=np.float32)  # bf16 read exactly as fp32
                 bits = (x.view(np.uint32) >> 16).astype(np.uint16)
@@ -81,7 +81,7 @@ def evaluate(args):
     stem = os.path.splitext(os.path.basename(args.input))[0]
     print("case | shape B,T,H,DK,DV | linattn o rel L2 | fla o rel L2 | linattn gemm path")
     with h5py.File(args.input, "r") as f:
-        for case in cases(args.input):
+        for case in cases(f):
             q, k, v = (np.asarray(f[case][n][...], dtype=np.float64) for n in ("q", "k", "v"))
             ref = reference_o(q, k, v, args.scale)
             with h5py.File(os.path.join(args.out, f"{stem}.{case}.h5"), "r") as out:

@@ -69,6 +69,8 @@ constexpr int kGroupWidth = 32;  // DV columns owned by one group of 4 warps
 // columns give it 16 (measured 0.510 -> 0.476 ms at 8,16384,16,64).
 template <int DK, int BV>
 constexpr int kFusedGroupWidth = DK == 64 && BV == 64 ? 16 : kGroupWidth;
+template <int DK, int BV>
+constexpr int kFusedThreads = 4 * 32 * (BV / kFusedGroupWidth<DK, BV>);  // groups of 4 warps
 constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
 
 template <class E>
@@ -202,17 +204,18 @@ struct Layout {
   static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
   // With several groups the scores tril(Q K^T) are computed once per block and
   // shared through shared memory as hi and lo 16-bit tiles [64][a_stride].
+  static constexpr bool share_scores = BV > kFusedGroupWidth<DK, BV>;
   static constexpr int a_stride = kChunk + kPad;
-  static constexpr std::size_t a_bytes = BV > kFusedGroupWidth<DK, BV> ? std::size_t(2) * kChunk * a_stride * 2 : 0;
+  static constexpr std::size_t a_bytes = share_scores ? std::size_t(2) * kChunk * a_stride * 2 : 0;
   static constexpr std::size_t bytes = a_offset + a_bytes;
 };
 
 template <class E, int DK, int BV, class OutT, class SnapT>
-__global__ void __launch_bounds__(4 * 32 * (BV / kFusedGroupWidth<DK, BV>)) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+__global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = Layout<DK, BV, OutT>;
   constexpr int kGW = kFusedGroupWidth<DK, BV>;
-  constexpr int kThreads = 4 * 32 * (BV / kGW);
+  constexpr int kThreads = kFusedThreads<DK, BV>;
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
   constexpr int kSMTiles = kSRows / 16;
   constexpr int kNTiles = kGW / 8;
@@ -224,7 +227,7 @@ __global__ void __launch_bounds__(4 * 32 * (BV / kFusedGroupWidth<DK, BV>)) fuse
   constexpr bool kSkipMasked = BV == 128;
   // Several groups: group j computes key tiles j, j + groups, ... of every warp
   // row's scores and all groups read them back (one Q K^T per block, not per group).
-  constexpr bool kShareA = BV > kGW;
+  constexpr bool kShareA = L::share_scores;
   constexpr int kGroups = BV / kGW;
   constexpr int kATiles = kShareA ? 4 / kGroups : 4;  // 16-key tiles of A this warp computes
   const int grp = threadIdx.x >> 7;
@@ -636,7 +639,7 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, int segments, cud
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(args.DV / BV, args.B * args.H, segments);
-  kernel<<<grid, 4 * 32 * (BV / kFusedGroupWidth<DK, BV>), bytes, stream>>>(args);
+  kernel<<<grid, kFusedThreads<DK, BV>, bytes, stream>>>(args);
   err = cudaGetLastError();
   if (err != cudaSuccess) throw std::runtime_error(std::string("fused tensor-core launch: ") + cudaGetErrorString(err));
 }
