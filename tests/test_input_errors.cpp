@@ -319,7 +319,7 @@ TEST_F(BadInput, OutputExistsUnlessForced) {
   const Batch b = run({good, other}, options);
   ASSERT_EQ(b.results.size(), 2u);
   EXPECT_TRUE(b.results[0].ok);
-  EXPECT_EQ(b.results[1].error, out + ": output exists (pass --force to overwrite)");
+  EXPECT_EQ(b.results[1].error, out + ": output exists (pass --force to overwrite, or --skip-existing to keep it)");
   EXPECT_EQ(read_bytes(out), "an earlier result");
 
   options.force = true;

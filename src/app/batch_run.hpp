@@ -1,6 +1,8 @@
 // `linattn run` without the command line: every q/k/v case of every input is
 // read, checked, run and written to its own output file. A bad case is
-// reported and skipped; the others still run.
+// reported and skipped; the others still run. Each case streams through the
+// pipeline (src/pipeline/): a reader process reads windows, this thread
+// computes them, a writer thread writes them.
 #pragma once
 
 #include "core/problem.hpp"
@@ -23,16 +25,26 @@ struct RunOptions {
   bool compress = false;         // gzip the output datasets
   bool force = false;            // replace existing output files
   bool allow_nonfinite = false;  // accept NaN/Inf input elements
+  bool skip_existing = false;    // keep complete outputs and run only the other cases
+  bool durable = true;           // fsync each output before its rename (--no-fsync turns it off)
+  std::int64_t memory_budget = 0;   // host bytes for the run's buffers; 0: a quarter of physical memory
+  std::int64_t window_cap = std::int64_t(256) << 20;  // most bytes per window slot
+  double case_timeout = 1800;    // seconds the reader may take on one case (listing a file counts as one)
+  std::string reader_exe;        // the program started as the reader process; "": this program
+  bool progress_bar = true;      // a redrawn bar when stderr is a terminal
 };
 
 struct CaseResult {
   std::string input, group;  // group "" for a case at the root (or an input that could not be listed)
   std::string output;        // the output file, once known
   bool ok = false;
+  bool skipped = false;  // --skip-existing found its output complete
   std::string error;  // one line when !ok
   std::optional<Problem> problem;  // known once the case was read
   DType dtype = DType::f32;
   double kernel_seconds = 0, min_bytes = 0;
+  double wall_seconds = 0;  // from reading its first window to committing its file
+  std::int64_t windows = 0;
 
   std::string label() const { return group.empty() ? input : input + ":" + group; }
   double gigabytes_per_second() const { return kernel_seconds > 0 ? min_bytes / kernel_seconds / 1e9 : 0.0; }

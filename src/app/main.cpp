@@ -1,6 +1,7 @@
 // linattn: the command-line program. Parses the command line, initializes
 // Kokkos once, and runs the chosen subcommand.
 #include "app/command.hpp"
+#include "pipeline/read_process.hpp"
 
 #include <Kokkos_Core.hpp>
 
@@ -28,6 +29,8 @@ Kokkos::InitArguments kokkos_settings() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // The reader process of `run` (src/pipeline/read_process.hpp): no Kokkos, no GPU.
+  if (linattn::pipeline::is_read_worker(argc, argv)) return linattn::pipeline::read_worker_main(argc, argv);
   CLI::App app{"linattn: the chunkwise forward of causal linear attention on Kokkos, HDF5 in and out"};
   app.set_version_flag("--version", LINATTN_VERSION);
   app.require_subcommand(1);

@@ -1,6 +1,7 @@
 #include "app/report.hpp"
 
 #include "app/text_table.hpp"
+#include "core/printable.hpp"
 
 #include <ostream>
 
@@ -19,28 +20,32 @@ std::string shape_summary(const Problem& p) {
 }
 
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
-  return counter(index, total) + " " + r.label() + "  " + shape_summary(*r.problem) + " " + dtype_name(r.dtype) +
-         "  " + variant_name(variant) + "  " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
-         fixed(r.gigabytes_per_second(), 2) + " GB/s  -> " + r.output;
+  return counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
+         dtype_name(r.dtype) + "  " + variant_name(variant) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
+         fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
+         std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") + "  -> " + printable(r.output);
 }
 
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r) {
-  return counter(index, total) + " " + r.label() + "  FAILED: " + r.error;
+  return counter(index, total) + " " + printable(r.label()) + "  FAILED: " + printable(r.error);
 }
 
 void print_summary(std::ostream& out, const std::vector<CaseResult>& results, Variant variant) {
   TextTable table{{"case", "shape", "dtype", "variant", "ms", "GB/s", "status"},
                   {false, false, false, false, true, true, false},
                   {}};
-  std::size_t ok = 0;
+  std::size_t ok = 0, skipped = 0;
   for (const CaseResult& r : results) {
     ok += r.ok;
-    table.rows.push_back({r.label(), r.problem ? shape_summary(*r.problem) : "-",
+    skipped += r.skipped;
+    table.rows.push_back({printable(r.label()), r.problem ? shape_summary(*r.problem) : "-",
                           r.problem ? dtype_name(r.dtype) : "-", variant_name(variant),
                           r.ok ? fixed(r.kernel_seconds * 1e3, 3) : "-",
-                          r.ok ? fixed(r.gigabytes_per_second(), 2) : "-", r.ok ? "ok" : "FAILED"});
+                          r.ok ? fixed(r.gigabytes_per_second(), 2) : "-", r.skipped ? "skipped" : r.ok ? "ok" : "FAILED"});
   }
-  out << table.str() << "cases: " << ok << " ok, " << results.size() - ok << " failed" << std::endl;
+  out << table.str() << "cases: " << ok << " ok, " << results.size() - ok << " failed";
+  if (skipped > 0) out << " (" << skipped << " of the ok skipped: output exists)";
+  out << std::endl;
 }
 
 }  // namespace linattn

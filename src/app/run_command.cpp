@@ -2,6 +2,7 @@
 #include "app/batch_run.hpp"
 #include "app/command.hpp"
 #include "app/report.hpp"
+#include "pipeline/memory_budget.hpp"
 
 #include <cmath>
 #include <iostream>
@@ -16,6 +17,9 @@ Command add_run_command(CLI::App& parent) {
     std::int64_t chunk = 64;
     double scale = 1.0;
     bool compress = false, force = false, allow_nonfinite = false, normalize = false;
+    bool skip_existing = false, no_fsync = false;
+    std::string memory_budget;
+    double case_timeout = 1800;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -62,6 +66,29 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs");
+  cmd->add_flag("--skip-existing", o->skip_existing,
+                "Keep outputs that are complete (an interrupted batch resumes) and run the other cases")
+      ->excludes("--force");
+  cmd->add_flag("--no-fsync", o->no_fsync,
+                "Do not flush each output to disk before renaming it into place (scratch runs)");
+  cmd->add_option("--memory-budget", o->memory_budget,
+                  "Host memory for the run's buffers, e.g. 512M or 8G (default: a quarter of physical memory); "
+                  "a case larger than it streams through in windows, with the same results")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              pipeline::parse_memory_size(s);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "SIZE"));
+  cmd->add_option("--case-timeout", o->case_timeout,
+                  "Seconds the reader may spend on one case (or on listing one file) before it is killed and the "
+                  "case fails; a hang inside a corrupt file costs only its own case")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   return {cmd, [o] {
             RunOptions opt;
@@ -77,6 +104,10 @@ Command add_run_command(CLI::App& parent) {
             opt.compress = o->compress;
             opt.force = o->force;
             opt.allow_nonfinite = o->allow_nonfinite;
+            opt.skip_existing = o->skip_existing;
+            opt.durable = !o->no_fsync;
+            if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
+            opt.case_timeout = o->case_timeout;
             const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_summary(std::cout, results, opt.forward.variant);

@@ -29,13 +29,6 @@ H5I_type_t object_type(hid_t file, const std::string& path) {
   return type;
 }
 
-Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path) {
-  if (!link_exists(file, path)) throw FileError(file_name, path, "missing");
-  if (!is_dataset(file, path)) throw FileError(file_name, path, "is not a dataset");
-  Dataset ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
-  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be opened"));
-  return ds;
-}
 
 // Error context for an attribute: the file itself, or a dataset/group in it.
 [[noreturn]] void attribute_error(const std::string& file_name, const std::string& object, const std::string& name,
@@ -77,6 +70,90 @@ Datatype variable_string_type() {
 }
 
 }  // namespace
+
+Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path) {
+  if (!link_exists(file, path)) throw FileError(file_name, path, "missing");
+  if (!is_dataset(file, path)) throw FileError(file_name, path, "is not a dataset");
+  Dataset ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
+  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be opened"));
+  return ds;
+}
+
+void check_stored_bytes(hid_t file, const std::string& file_name, const std::string& path, std::int64_t needed) {
+  const Dataset ds = open_dataset(file, file_name, path);
+  PropertyList dcpl(H5Dget_create_plist(ds.get()));
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS) return;
+  const hsize_t stored = H5Dget_storage_size(ds.get());
+  if (stored == 0 && needed > 0) return;  // never written: reads give the fill value
+  if (static_cast<std::int64_t>(stored) < needed)
+    throw FileError(file_name, path, "stores " + std::to_string(stored) + " bytes, its shape needs " +
+                                         std::to_string(needed) + " (truncated or corrupt file)");
+  const haddr_t offset = H5Dget_offset(ds.get());
+  hsize_t file_size = 0;
+  if (offset != HADDR_UNDEF && H5Fget_filesize(file, &file_size) >= 0 &&
+      (offset > file_size || file_size - offset < static_cast<hsize_t>(needed)))
+    throw FileError(file_name, path, "its data would end at byte " + std::to_string(offset + needed) +
+                                         " of a " + std::to_string(file_size) + "-byte file (truncated file)");
+  last_error_detail();
+}
+
+namespace {
+
+Dataspace block_space(hid_t dataset, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count) {
+  Dataspace space(H5Dget_space(dataset));
+  if (!space.valid() ||
+      H5Sselect_hyperslab(space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr) < 0)
+    return Dataspace();
+  return space;
+}
+
+}  // namespace
+
+void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
+                void* data, const std::string& file_name, const std::string& path) {
+  const Dataspace file_space = block_space(dataset, start, count);
+  const Dataspace memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+  if (!file_space.valid() || !memory.valid() ||
+      H5Dread(dataset, memory_type, memory.get(), file_space.get(), H5P_DEFAULT, data) < 0)
+    throw FileError(file_name, path, with_detail("cannot be read (truncated or corrupt data)"));
+}
+
+void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
+                 const std::string& path) {
+  const Dataspace file_space = block_space(dataset, start, count);
+  const Dataspace memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+  if (!file_space.valid() || !memory.valid() ||
+      H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), H5P_DEFAULT, data) < 0)
+    throw FileError(file_name, path, with_detail("cannot be written"));
+}
+
+Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,
+                       const std::vector<std::int64_t>& shape, const std::vector<hsize_t>& chunk, bool compress) {
+  const std::vector<hsize_t> dims(shape.begin(), shape.end());
+  const Dataspace space(H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr));
+  const Datatype type = datatype_of(dtype);
+  PropertyList lcpl(H5Pcreate(H5P_LINK_CREATE));
+  H5Pset_create_intermediate_group(lcpl.get(), 1);
+  PropertyList dcpl(H5Pcreate(H5P_DATASET_CREATE));
+  if (!chunk.empty()) {
+    H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data());
+    if (compress) {
+      if (H5Zfilter_avail(H5Z_FILTER_DEFLATE) <= 0)
+        throw FileError(file_name, path, "gzip compression is not available in this HDF5 library");
+      H5Pset_deflate(dcpl.get(), 4);
+    }
+  }
+  // Every element is written by a block write: no fill pass first.
+  H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  // A chunk cache that holds a few chunks, so that a chunk two windows share
+  // is completed in memory rather than read back.
+  PropertyList dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  H5Pset_chunk_cache(dapl.get(), 521, std::size_t(16) << 20, 1.0);
+  Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), dapl.get()));
+  if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
+  return ds;
+}
 
 bool link_exists(hid_t file, const std::string& path) {
   // Check each prefix: H5Lexists fails (rather than answering no) when an
@@ -126,7 +203,8 @@ Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& 
   return t;
 }
 
-std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path) {
+std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path,
+                                            std::int64_t max_length) {
   const Dataset ds = open_dataset(file, file_name, path);
   const Datatype type(H5Dget_type(ds.get()));
   if (H5Tget_class(type.get()) != H5T_INTEGER)
@@ -136,6 +214,9 @@ std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_
   if (rank != 1) throw FileError(file_name, path, "rank " + std::to_string(rank) + ", expected rank 1 [N + 1]");
   hsize_t n = 0;
   H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+  if (max_length >= 0 && n > static_cast<hsize_t>(max_length))
+    throw FileError(file_name, path, std::to_string(n) + " entries, more than the " + std::to_string(max_length) +
+                                         " that T allows (every sequence holds a token)");
   std::vector<std::int64_t> values(static_cast<std::size_t>(n));
   if (n > 0 && H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
     throw FileError(file_name, path, with_detail("cannot be read (truncated or corrupt data)"));

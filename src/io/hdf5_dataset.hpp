@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/tensor.hpp"
+#include "io/hdf5_handles.hpp"
 
 #include <hdf5.h>
 
@@ -44,9 +45,32 @@ void write_tensor(hid_t file, const std::string& file_name, const std::string& p
 // A rank-1 integer dataset (cu_seqlens) read as int64, and written as int64.
 // Reading throws FileError for a float or other non-integer type, another
 // rank, or an unreadable dataset.
-std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path);
+// max_length (when >= 0) refuses a longer vector before reading it.
+std::vector<std::int64_t> read_index_vector(hid_t file, const std::string& file_name, const std::string& path,
+                                            std::int64_t max_length = -1);
 void write_index_vector(hid_t file, const std::string& file_name, const std::string& path,
                         const std::vector<std::int64_t>& values);
+
+// Throws FileError when a contiguous dataset stores fewer bytes than `needed`,
+// or its data would lie past the end of the file (a truncated file). Chunked
+// datasets are left to the reads, which fail on a missing chunk.
+void check_stored_bytes(hid_t file, const std::string& file_name, const std::string& path, std::int64_t needed);
+
+// Opens a dataset for the block reads and writes below (FileError when absent).
+Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path);
+
+// The block [start, start + count) of a dataset, from or into contiguous
+// memory of `memory_type` (HDF5 converts when it differs from the file's).
+void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
+                void* data, const std::string& file_name, const std::string& path);
+void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
+                 const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
+                 const std::string& path);
+
+// Creates an empty dataset of `shape` with the given chunk dimensions (none:
+// contiguous) and optional gzip, for block writes.
+Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,
+                       const std::vector<std::int64_t>& shape, const std::vector<hsize_t>& chunk, bool compress);
 
 // Chunk dimensions for a dataset: whole trailing dimensions, leading ones cut
 // so that a chunk holds about target_bytes.

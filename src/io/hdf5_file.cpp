@@ -9,6 +9,9 @@
 #include <fstream>
 #include <system_error>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 namespace linattn::hdf5 {
 
 namespace fs = std::filesystem;
@@ -55,12 +58,35 @@ NewFile::~NewFile() {
   fs::remove(partial_, ec);  // best effort: never leave a half-written file behind
 }
 
-void NewFile::commit() {
+namespace {
+
+// fsync of a file or a directory by path; errno's text on failure, "" on success.
+std::string sync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  return rc == 0 ? "" : std::strerror(err);
+}
+
+}  // namespace
+
+void NewFile::commit(bool durable) {
   if (!file_.close()) throw FileError(partial_, with_detail("cannot be completed (closing failed)"));
+  if (durable) {
+    const std::string err = sync_path(partial_, false);
+    if (!err.empty()) throw FileError(partial_, "cannot be flushed to disk (fsync): " + err);
+  }
   std::error_code ec;
   fs::rename(partial_, path_, ec);
   if (ec) throw FileError(path_, "cannot rename " + partial_ + " into place: " + ec.message());
   committed_ = true;
+  if (durable) {
+    const fs::path parent = fs::path(path_).parent_path();
+    const std::string err = sync_path(parent.empty() ? "." : parent.string(), true);
+    if (!err.empty()) throw FileError(path_, "renamed, but its directory cannot be flushed to disk (fsync): " + err);
+  }
 }
 
 }  // namespace linattn::hdf5

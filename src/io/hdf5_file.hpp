@@ -27,8 +27,12 @@ class NewFile {
   const std::string& path() const { return path_; }  // the final name, for messages
 
   // Closes the file (every object in it) and renames PATH.partial to PATH,
-  // replacing PATH if it exists. Throws FileError on failure.
-  void commit();
+  // replacing PATH if it exists. With durable, the file's data reach the disk
+  // (fsync) before the rename, and the rename before commit returns (fsync of
+  // the directory): a power loss never leaves a complete-looking file that is
+  // not. Throws FileError on failure.
+  void commit(bool durable = false);
+  const std::string& partial_path() const { return partial_; }
 
  private:
   std::string path_, partial_;

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstring>
 #include <set>
 
 namespace linattn {
@@ -48,29 +49,36 @@ herr_t collect_case(hid_t, const char* name, const H5L_info_t*, void* out) {
   return 0;
 }
 
-std::string multi_index(const std::vector<std::int64_t>& shape, std::int64_t flat) {
-  std::vector<std::int64_t> idx(shape.size());
-  for (std::size_t a = shape.size(); a-- > 0;) {
-    idx[a] = flat % shape[a];
-    flat /= shape[a];
-  }
-  return shape_string(idx);
+// Non-finite elements of n IEEE values whose exponent field is Mask: all ones
+// in the exponent means Inf or NaN. A plain loop over the bit patterns, which
+// the compiler vectorizes.
+template <class Bits, unsigned long long Mask>
+std::int64_t count_nonfinite(const void* data, std::int64_t n) {
+  const Bits* x = static_cast<const Bits*>(data);
+  constexpr Bits mask = static_cast<Bits>(Mask);
+  std::int64_t count = 0;
+  for (std::int64_t i = 0; i < n; ++i) count += (x[i] & mask) == mask;
+  return count;
 }
 
-void check_finite(const Tensor& t, const std::string& file, const std::string& path) {
-  std::int64_t count = 0, first = -1;
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    if (!std::isfinite(t.get(i))) {
-      if (first < 0) first = i;
-      ++count;
-    }
-  }
-  if (count == 0) return;
-  const double x = t.get(first);
-  throw FileError(file, path,
-                  std::to_string(count) + " non-finite element" + (count > 1 ? "s" : "") + ", the first " +
-                      (std::isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf") + " at " + multi_index(t.shape, first) +
-                      " (--allow-nonfinite accepts them)");
+double element_as_double(const unsigned char* p, DType dtype) {
+  Tensor one(dtype, {1});
+  std::memcpy(one.bytes.data(), p, dtype_size(dtype));
+  return one.get(0);
+}
+
+// Sizes checked before anything is allocated from them: the element count and
+// the bytes in checked 64-bit arithmetic, the limits the kernels index with,
+// and the bytes a contiguous dataset stores against what its shape needs.
+void check_sizes(hid_t f, const std::string& file, const std::string& path, const hdf5::DatasetInfo& info) {
+  std::int64_t bytes = static_cast<std::int64_t>(dtype_size(info.dtype));
+  for (std::int64_t d : info.shape)
+    if (d < 0 || __builtin_mul_overflow(bytes, d, &bytes))
+      throw FileError(file, path, "shape " + shape_string(info.shape) + " is too large (its byte count overflows 64 bits)");
+  if (info.shape.size() == 4 && info.shape[1] > kMaxTokens)
+    throw FileError(file, path, "T = " + std::to_string(info.shape[1]) + " exceeds linattn's limit of " +
+                                    std::to_string(kMaxTokens) + " tokens per row");
+  hdf5::check_stored_bytes(f, file, path, bytes);
 }
 
 void check_layout(hid_t f, const std::string& file, const std::string& path) {
@@ -96,20 +104,17 @@ std::vector<std::string> list_cases(const std::string& file) {
   return cases;
 }
 
-CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options) {
-  const hdf5::File f = hdf5::open_read_only(file);
-  const hid_t id = f.get();
-  const std::string q_path = dataset_path(group, "q");
-
+CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& group) {
   // Schema first, from the metadata alone: nothing is read before it holds.
-  hdf5::DatasetInfo info[3];
+  CaseSchema schema;
+  hdf5::DatasetInfo* info[3] = {&schema.q, &schema.k, &schema.v};
   const char* names[3] = {"q", "k", "v"};
   for (int i = 0; i < 3; ++i) {
     const std::string path = dataset_path(group, names[i]);
     if (!hdf5::link_exists(id, path))
       throw FileError(file, path, "missing (a case needs datasets q, k and v)");
-    info[i] = hdf5::dataset_info(id, file, path);
-    const auto& s = info[i].shape;
+    *info[i] = hdf5::dataset_info(id, file, path);
+    const auto& s = info[i]->shape;
     if (s.size() != 4)
       throw FileError(file, path, "rank " + std::to_string(s.size()) + " " + shape_string(s) + ", expected rank 4 [B, T, H, " +
                                       (i == 2 ? "DV]" : "DK]"));
@@ -117,71 +122,114 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
     for (int d = 0; d < 4; ++d)
       if (s[d] == 0) throw FileError(file, path, std::string("dimension ") + dims[d] + " is 0 in shape " + shape_string(s));
     check_layout(id, file, path);
+    check_sizes(id, file, path, *info[i]);
   }
   for (int i = 1; i < 3; ++i) {
     const std::string path = dataset_path(group, names[i]);
-    if (info[i].dtype != info[0].dtype)
-      throw FileError(file, path, std::string("dtype ") + dtype_name(info[i].dtype) + " differs from q's " +
-                                      dtype_name(info[0].dtype) + " (q, k and v must share one dtype)");
+    if (info[i]->dtype != info[0]->dtype)
+      throw FileError(file, path, std::string("dtype ") + dtype_name(info[i]->dtype) + " differs from q's " +
+                                      dtype_name(info[0]->dtype) + " (q, k and v must share one dtype)");
     const int ndims = i == 1 ? 4 : 3;  // k must match q in DK too; v only in B, T, H
     const char* dims[4] = {"B", "T", "H", "DK"};
     for (int d = 0; d < ndims; ++d)
-      if (info[i].shape[d] != info[0].shape[d])
-        throw FileError(file, path, std::string(dims[d]) + " = " + std::to_string(info[i].shape[d]) + " differs from q's " +
-                                        dims[d] + " = " + std::to_string(info[0].shape[d]) + " (q " +
-                                        shape_string(info[0].shape) + ", " + names[i] + " " +
-                                        shape_string(info[i].shape) + ")");
+      if (info[i]->shape[d] != info[0]->shape[d])
+        throw FileError(file, path, std::string(dims[d]) + " = " + std::to_string(info[i]->shape[d]) + " differs from q's " +
+                                        dims[d] + " = " + std::to_string(info[0]->shape[d]) + " (q " +
+                                        shape_string(info[0]->shape) + ", " + names[i] + " " +
+                                        shape_string(info[i]->shape) + ")");
   }
   // Packed sequences: their offsets decide how many states the case carries.
+  // At most T + 1 offsets can be valid (every sequence holds a token), so a
+  // longer vector is refused before it is read.
   const std::string cu_path = dataset_path(group, "cu_seqlens");
-  std::vector<std::int64_t> cu_seqlens;
   if (hdf5::link_exists(id, cu_path)) {
-    cu_seqlens = hdf5::read_index_vector(id, file, cu_path);
+    schema.cu_seqlens = hdf5::read_index_vector(id, file, cu_path, schema.q.shape[1] + 1);
     Problem packed;
-    packed.B = info[0].shape[0];
-    packed.T = info[0].shape[1];
-    packed.cu_seqlens = cu_seqlens;
+    packed.B = schema.q.shape[0];
+    packed.T = schema.q.shape[1];
+    packed.cu_seqlens = schema.cu_seqlens;
     try {
       validate_sequences(packed);
     } catch (const std::invalid_argument& e) {
-      throw FileError(file, cu_path, std::string(e.what()) + " (q " + shape_string(info[0].shape) + ")");
+      throw FileError(file, cu_path, std::string(e.what()) + " (q " + shape_string(schema.q.shape) + ")");
     }
   }
-  const std::int64_t N = cu_seqlens.empty() ? info[0].shape[0] : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
-  const char* per = cu_seqlens.empty() ? "[B, " : "[N (sequences), ";
+  const std::int64_t N = schema.num_sequences();
+  const char* per = schema.cu_seqlens.empty() ? "[B, " : "[N (sequences), ";
   const std::string s0_path = dataset_path(group, "initial_state");
-  const bool has_s0 = hdf5::link_exists(id, s0_path);
-  if (has_s0) {
+  schema.has_initial_state = hdf5::link_exists(id, s0_path);
+  if (schema.has_initial_state) {
     const hdf5::DatasetInfo s0 = hdf5::dataset_info(id, file, s0_path);
-    const std::vector<std::int64_t> expected = {N, info[0].shape[2], info[0].shape[3], info[2].shape[3]};
+    const std::vector<std::int64_t> expected = {N, schema.q.shape[2], schema.q.shape[3], schema.v.shape[3]};
     if (s0.shape != expected)
       throw FileError(file, s0_path, "shape " + shape_string(s0.shape) + ", expected " + per + "H, DK, DV] = " +
                                          shape_string(expected));
+    check_sizes(id, file, s0_path, s0);
   }
   const std::string z_path = dataset_path(group, "z_state");
-  const bool has_z = hdf5::link_exists(id, z_path);
-  if (has_z) {
+  schema.has_initial_z = hdf5::link_exists(id, z_path);
+  if (schema.has_initial_z) {
     const hdf5::DatasetInfo z = hdf5::dataset_info(id, file, z_path);
-    const std::vector<std::int64_t> expected = {N, info[0].shape[2], info[0].shape[3]};
+    const std::vector<std::int64_t> expected = {N, schema.q.shape[2], schema.q.shape[3]};
     if (z.shape != expected)
       throw FileError(file, z_path, "shape " + shape_string(z.shape) + ", expected " + per + "H, DK] = " +
                                         shape_string(expected));
+    check_sizes(id, file, z_path, z);
   }
+  return schema;
+}
 
-  CaseData data;
-  data.q = hdf5::read_tensor(id, file, q_path);
-  data.k = hdf5::read_tensor(id, file, dataset_path(group, "k"));
-  data.v = hdf5::read_tensor(id, file, dataset_path(group, "v"));
-  if (has_s0) data.initial_state = hdf5::read_tensor(id, file, s0_path);
-  if (has_z) data.initial_z = hdf5::read_tensor(id, file, z_path);
-  data.cu_seqlens = cu_seqlens;
-  if (!options.allow_nonfinite) {
-    check_finite(data.q, file, q_path);
-    check_finite(data.k, file, dataset_path(group, "k"));
-    check_finite(data.v, file, dataset_path(group, "v"));
-    if (has_s0) check_finite(data.initial_state, file, s0_path);
-    if (has_z) check_finite(data.initial_z, file, z_path);
+void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                  const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
+                  const std::string& window) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  std::int64_t count = 0;
+  switch (dtype) {
+    case DType::f16: count = count_nonfinite<std::uint16_t, 0x7c00u>(data, n); break;
+    case DType::bf16: count = count_nonfinite<std::uint16_t, 0x7f80u>(data, n); break;
+    case DType::f32: count = count_nonfinite<std::uint32_t, 0x7f800000u>(data, n); break;
+    case DType::f64: count = count_nonfinite<std::uint64_t, 0x7ff0000000000000ull>(data, n); break;
   }
+  if (count == 0) return;
+  // Only now, on the failure path, find the first one element by element.
+  const std::size_t size = dtype_size(dtype);
+  std::int64_t first = 0;
+  double x = 0;
+  for (; first < n; ++first) {
+    x = element_as_double(static_cast<const unsigned char*>(data) + first * size, dtype);
+    if (!std::isfinite(x)) break;
+  }
+  std::vector<std::int64_t> idx(shape.size());
+  std::int64_t flat = first;
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    idx[a] = flat % shape[a] + (a < origin.size() ? origin[a] : 0);
+    flat /= shape[a];
+  }
+  throw FileError(file, path,
+                  std::to_string(count) + " non-finite element" + (count > 1 ? "s" : "") +
+                      (window.empty() ? "" : " " + window) + ", the first " +
+                      (std::isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf") + " at " + shape_string(idx) +
+                      " (--allow-nonfinite accepts them)");
+}
+
+CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options) {
+  const hdf5::File f = hdf5::open_read_only(file);
+  const hid_t id = f.get();
+  const CaseSchema schema = inspect_case(id, file, group);
+  CaseData data;
+  const std::pair<Tensor*, std::string> parts[] = {
+      {&data.q, dataset_path(group, "q")},
+      {&data.k, dataset_path(group, "k")},
+      {&data.v, dataset_path(group, "v")},
+      {schema.has_initial_state ? &data.initial_state : nullptr, dataset_path(group, "initial_state")},
+      {schema.has_initial_z ? &data.initial_z : nullptr, dataset_path(group, "z_state")}};
+  for (const auto& [tensor, path] : parts) {
+    if (!tensor) continue;
+    *tensor = hdf5::read_tensor(id, file, path);
+    if (!options.allow_nonfinite) check_finite(tensor->bytes.data(), tensor->dtype, tensor->shape, {}, file, path);
+  }
+  data.cu_seqlens = schema.cu_seqlens;
   return data;
 }
 

@@ -13,6 +13,10 @@
 
 namespace linattn {
 
+// Tokens per batch row linattn accepts (the kernels index tokens and chunks
+// with 32-bit integers, with room for the chunk arithmetic).
+constexpr std::int64_t kMaxTokens = (std::int64_t(1) << 30) - 1;
+
 // The cases of an input file, in name order: "" for the root, else the group
 // path ("case0", "runs/a"). Throws FileError when the file is missing, is not
 // HDF5, cannot be opened, or holds no q, k or v anywhere.
@@ -27,6 +31,28 @@ struct CaseData {
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   Tensor initial_z;                     // dataset z_state; empty when the case has none
 };
+
+// What a case holds, from its metadata alone (read_case's schema checks, and
+// the checks on sizes: element counts in checked 64-bit arithmetic, T and
+// B * H below 2^31, and the bytes a contiguous dataset stores against the
+// bytes its shape needs). The streaming pipeline reads the data of a case in
+// windows after this; read_case reads it whole.
+struct CaseSchema {
+  hdf5::DatasetInfo q, k, v;
+  std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
+  bool has_initial_state = false, has_initial_z = false;
+  std::int64_t num_sequences() const {
+    return cu_seqlens.empty() ? q.shape[0] : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
+  }
+};
+CaseSchema inspect_case(hid_t file, const std::string& file_name, const std::string& group);
+
+// Throws FileError naming the first non-finite element of `count` elements of
+// `dtype` at `data` (shape `shape`, and `origin` added to its index: a window's
+// place in the dataset); `window` is appended to the message when not empty.
+void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                  const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
+                  const std::string& window = "");
 
 struct ReadOptions {
   bool allow_nonfinite = false;  // accept NaN and Inf elements

@@ -21,6 +21,28 @@ double required_number(hid_t f, const std::string& file, const std::string& name
 
 }  // namespace
 
+void write_run_record(hid_t f, const std::string& path, const RunRecord& r) {
+  hdf5::write_attribute(f, path, "/", "chunk_size", r.chunk_size);
+  hdf5::write_attribute(f, path, "/", "scale", r.scale);
+  hdf5::write_attribute(f, path, "/", "variant", r.variant);
+  hdf5::write_attribute(f, path, "/", "gemm_path", r.gemm_path);
+  hdf5::write_attribute(f, path, "/", "input_dtype", r.input_dtype);
+  hdf5::write_attribute(f, path, "/", "output_dtype", r.output_dtype);
+  hdf5::write_attribute(f, path, "/", "snapshot_dtype", r.snapshot_dtype);
+  hdf5::write_attribute(f, path, "/", "kokkos_backend", r.kokkos_backend);
+  hdf5::write_attribute(f, path, "/", "kokkos_version", r.kokkos_version);
+  hdf5::write_attribute(f, path, "/", "linattn_version", r.linattn_version);
+  hdf5::write_attribute(f, path, "/", "kernel_seconds", r.kernel_seconds);
+  hdf5::write_attribute(f, path, "/", "upload_seconds", r.upload_seconds);
+  hdf5::write_attribute(f, path, "/", "download_seconds", r.download_seconds);
+  hdf5::write_attribute(f, path, "/", "flops", r.flops);
+  hdf5::write_attribute(f, path, "/", "min_bytes", r.min_bytes);
+  hdf5::write_attribute(f, path, "/", "input_file", r.input_file);
+  hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
+  hdf5::write_attribute(f, path, "/", "normalize", static_cast<std::int64_t>(r.normalize ? 1 : 0));
+  hdf5::write_attribute(f, path, "/", "num_sequences", r.num_sequences);
+}
+
 void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options) {
   hdf5::NewFile file(path);
   const hid_t f = file.id();
@@ -42,26 +64,7 @@ void write_output_file(const std::string& path, const OutputData& out, const hdf
                           "the running key sum z after each sequence's last token (normalization); the z_state input of a run that resumes it");
   }
 
-  const RunRecord& r = out.record;
-  hdf5::write_attribute(f, path, "/", "chunk_size", r.chunk_size);
-  hdf5::write_attribute(f, path, "/", "scale", r.scale);
-  hdf5::write_attribute(f, path, "/", "variant", r.variant);
-  hdf5::write_attribute(f, path, "/", "gemm_path", r.gemm_path);
-  hdf5::write_attribute(f, path, "/", "input_dtype", r.input_dtype);
-  hdf5::write_attribute(f, path, "/", "output_dtype", r.output_dtype);
-  hdf5::write_attribute(f, path, "/", "snapshot_dtype", r.snapshot_dtype);
-  hdf5::write_attribute(f, path, "/", "kokkos_backend", r.kokkos_backend);
-  hdf5::write_attribute(f, path, "/", "kokkos_version", r.kokkos_version);
-  hdf5::write_attribute(f, path, "/", "linattn_version", r.linattn_version);
-  hdf5::write_attribute(f, path, "/", "kernel_seconds", r.kernel_seconds);
-  hdf5::write_attribute(f, path, "/", "upload_seconds", r.upload_seconds);
-  hdf5::write_attribute(f, path, "/", "download_seconds", r.download_seconds);
-  hdf5::write_attribute(f, path, "/", "flops", r.flops);
-  hdf5::write_attribute(f, path, "/", "min_bytes", r.min_bytes);
-  hdf5::write_attribute(f, path, "/", "input_file", r.input_file);
-  hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
-  hdf5::write_attribute(f, path, "/", "normalize", static_cast<std::int64_t>(r.normalize ? 1 : 0));
-  hdf5::write_attribute(f, path, "/", "num_sequences", r.num_sequences);
+  write_run_record(f, path, out.record);
   file.commit();
 }
 

@@ -10,6 +10,8 @@
 #include "core/tensor.hpp"
 #include "io/hdf5_dataset.hpp"
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,6 +41,9 @@ struct OutputData {
   std::vector<std::int64_t> cu_seqlens;  // the packed sequences of the input (copied for readers); empty if none
   RunRecord record;
 };
+
+// The file attributes of a run (one per RunRecord field) on the file's root.
+void write_run_record(hid_t file, const std::string& path, const RunRecord& record);
 
 // Writes path.partial and renames it to path (replacing an existing file).
 // Throws FileError; on failure no file named path is created.

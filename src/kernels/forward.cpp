@@ -58,10 +58,8 @@ void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, con
 }
 
 template <class In, class Out>
-ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor* s0, const Tensor* z0) {
+void check_paths(const Problem& p, const ForwardConfig& c) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
-  const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
   if (c.gemm == GemmPath::tensor_core) {  // explicit request: refuse loudly rather than fall back
     const std::string why = c.snapshots == SnapshotMode::bf16 ? tensor_core_unavailable<In, Out, bf16_t>(p, c)
                                                               : tensor_core_unavailable<In, Out, Acc>(p, c);
@@ -74,6 +72,19 @@ ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const
   }
   if (c.gemm == GemmPath::host_tile && !host_execution)
     throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
+}
+
+template <class In>
+void check_paths_for_output(const Problem& p, const ForwardConfig& c) {
+  if (c.output_fp32) check_paths<In, float>(p, c);
+  else check_paths<In, In>(p, c);
+}
+
+template <class In, class Out>
+ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
+                                 const Tensor& v, const Tensor* s0, const Tensor* z0) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
   if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, z0, od, sd);
   return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, z0, od, sd);
 }
@@ -87,9 +98,21 @@ ForwardOutput with_output_type(const Problem& p, const ForwardConfig& c, const T
 
 }  // namespace
 
+void check_forward(const Problem& p, const ForwardConfig& config, DType input) {
+  validate(p);
+  if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
+  if (config.segments < 0 || config.segments > 65535) throw std::invalid_argument("segments must be in 0..65535");
+  switch (input) {
+    case DType::f16: return check_paths_for_output<fp16_t>(p, config);
+    case DType::bf16: return check_paths_for_output<bf16_t>(p, config);
+    case DType::f32: return check_paths_for_output<float>(p, config);
+    case DType::f64: return check_paths_for_output<double>(p, config);
+  }
+}
+
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
-  validate(p);
+  check_forward(p, config, q.dtype);
   check_shape(q, p.qk_shape(), "q");
   check_shape(k, p.qk_shape(), "k");
   check_shape(v, p.v_shape(), "v");
@@ -101,8 +124,6 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
     if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
     check_shape(*initial_z, p.z_shape(), "z_state (initial)");
   }
-  if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
-  if (config.segments < 0 || config.segments > 65535) throw std::invalid_argument("segments must be in 0..65535");
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
     throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");

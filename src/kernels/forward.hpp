@@ -57,6 +57,11 @@ struct ForwardOutput {
 DType output_dtype(DType input, const ForwardConfig& config);
 DType snapshot_dtype(DType input, SnapshotMode mode);  // meaningless for none
 
+// The checks of run_forward that need no tensors: the problem, the options,
+// and an explicitly requested tile-product path that cannot run here
+// (std::invalid_argument saying why).
+void check_forward(const Problem& p, const ForwardConfig& config, DType input);
+
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.
 // initial_state is [N, H, DK, DV] and initial_z [N, H, DK] (N = B for a plain

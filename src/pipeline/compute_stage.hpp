@@ -1,0 +1,52 @@
+// The compute stage: one window of one case on the device. Uploads the
+// window's inputs from its host slot (asynchronous copies on an execution
+// space instance of its own, from page-locked memory), starts it from the
+// state carried out of the previous window (and z for normalization), runs
+// the variant, and downloads o, h and the finished sequences' final rows into
+// the output slot. On host backends the kernels read and write the slots
+// directly: there is nothing to copy.
+//
+// The tensor-core kernel's split of few long sequences into segments sums the
+// state in another order; a window's split would depend on the window, so the
+// pipeline never splits (segments = 1), and a case's bits do not depend on
+// the memory budget.
+#pragma once
+
+#include "kernels/forward.hpp"
+#include "pipeline/window_plan.hpp"
+
+#include <memory>
+
+namespace linattn::pipeline {
+
+struct WindowTimes {
+  double upload = 0, kernel = 0, download = 0;
+};
+
+struct WindowJob {
+  const Problem* whole = nullptr;
+  const CaseStorage* storage = nullptr;
+  const Window* window = nullptr;
+  WindowLayout layout;
+  const unsigned char* input = nullptr;  // the input slot
+  unsigned char* output = nullptr;       // the output slot
+};
+
+class ComputeStage {
+ public:
+  virtual ~ComputeStage() = default;
+  // Runs one window; the first window of a case starts from the case's own
+  // initial state, a later one from the state the window before it carried.
+  virtual WindowTimes run(const WindowJob& job) = 0;
+  // One tiny run of this case's kernels (module loading, first-launch costs),
+  // so that they are not counted as a case's kernel time. Returns seconds.
+  virtual double warm_up(const Problem& whole, const CaseStorage& storage) = 0;
+  // The tile-product path the last window ran on.
+  virtual GemmPath gemm() const = 0;
+  virtual std::int64_t block_dv() const = 0;
+};
+
+// A stage for one (input, output, snapshot) type combination.
+std::unique_ptr<ComputeStage> make_compute_stage(DType input, const ForwardConfig& config);
+
+}  // namespace linattn::pipeline

@@ -1,0 +1,28 @@
+// How much host memory a run may use, and how it is split: input slots (the
+// reader fills them), output slots (the writer drains them), and on host
+// backends a share for the kernels' own buffers (states, key sums).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace linattn::pipeline {
+
+// "512M", "8G", "1.5G", "65536" (bytes), K/M/G/T binary, optional trailing
+// "B" or "iB". Throws std::invalid_argument for anything else, or below 1 MiB.
+std::int64_t parse_memory_size(const std::string& text);
+
+// A quarter of the physical memory: room for the rest of the machine.
+std::int64_t default_memory_budget();
+
+struct BudgetSplit {
+  int input_slots = 3, output_slots = 3;
+  std::int64_t slot_bytes = 0;        // each slot
+  std::int64_t device_extra = 0;      // per window, beside the slots' data (host backends: from the budget)
+};
+// Windows are capped at `window_cap` bytes per slot, so that even a large
+// budget keeps several windows in flight; host_backend reserves a share of
+// the budget for the kernels' buffers, which there live in host memory.
+BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap = std::int64_t(256) << 20);
+
+}  // namespace linattn::pipeline

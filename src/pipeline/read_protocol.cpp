@@ -1,0 +1,164 @@
+#include "pipeline/read_protocol.hpp"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace linattn::pipeline {
+
+MessageWriter& MessageWriter::i64(std::int64_t v) {
+  bytes_.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return *this;
+}
+
+MessageWriter& MessageWriter::str(const std::string& s) {
+  i64(static_cast<std::int64_t>(s.size()));
+  bytes_ += s;
+  return *this;
+}
+
+MessageWriter& MessageWriter::i64s(const std::vector<std::int64_t>& v) {
+  i64(static_cast<std::int64_t>(v.size()));
+  bytes_.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(std::int64_t));
+  return *this;
+}
+
+void MessageReader::need(std::size_t n) const {
+  if (n > bytes_.size() - pos_) throw std::runtime_error("malformed message from the reader process");
+}
+
+std::int64_t MessageReader::i64() {
+  need(sizeof(std::int64_t));
+  std::int64_t v;
+  std::memcpy(&v, bytes_.data() + pos_, sizeof v);
+  pos_ += sizeof v;
+  return v;
+}
+
+std::string MessageReader::str() {
+  const std::int64_t n = i64();
+  if (n < 0) throw std::runtime_error("malformed message from the reader process");
+  need(static_cast<std::size_t>(n));
+  std::string s = bytes_.substr(pos_, static_cast<std::size_t>(n));
+  pos_ += static_cast<std::size_t>(n);
+  return s;
+}
+
+std::vector<std::int64_t> MessageReader::i64s() {
+  const std::int64_t n = i64();
+  if (n < 0 || static_cast<std::uint64_t>(n) > (bytes_.size() - pos_) / sizeof(std::int64_t))
+    throw std::runtime_error("malformed message from the reader process");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(n));
+  std::memcpy(v.data(), bytes_.data() + pos_, v.size() * sizeof(std::int64_t));
+  pos_ += v.size() * sizeof(std::int64_t);
+  return v;
+}
+
+namespace {
+
+void write_all(int fd, const char* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t sent = ::send(fd, data, n, MSG_NOSIGNAL);  // no SIGPIPE when the peer is gone
+    if (sent < 0 && errno == EINTR) continue;
+    if (sent <= 0) throw ChannelClosed(std::string("the other process is gone: ") + std::strerror(errno));
+    data += sent;
+    n -= static_cast<std::size_t>(sent);
+  }
+}
+
+void read_all(int fd, char* data, std::size_t n, Clock::time_point deadline) {
+  while (n > 0) {
+    if (deadline != Clock::time_point::max()) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) throw ChannelTimeout("deadline passed");
+      pollfd p{fd, POLLIN, 0};
+      const int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) continue;  // re-check the deadline
+    }
+    const ssize_t got = ::read(fd, data, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw ChannelClosed(got == 0 ? "end of stream" : std::strerror(errno));
+    data += got;
+    n -= static_cast<std::size_t>(got);
+  }
+}
+
+}  // namespace
+
+void send_message(int fd, MessageKind kind, const std::string& payload) {
+  char header[12];
+  const std::uint32_t k = static_cast<std::uint32_t>(kind);
+  const std::uint64_t n = payload.size();
+  std::memcpy(header, &k, 4);
+  std::memcpy(header + 4, &n, 8);
+  write_all(fd, header, sizeof header);
+  write_all(fd, payload.data(), payload.size());
+}
+
+MessageKind receive_message(int fd, std::string& payload, Clock::time_point deadline) {
+  char header[12];
+  read_all(fd, header, sizeof header, deadline);
+  std::uint32_t k;
+  std::uint64_t n;
+  std::memcpy(&k, header, 4);
+  std::memcpy(&n, header + 4, 8);
+  if (n > (std::uint64_t(1) << 32)) throw ChannelClosed("malformed message length");
+  payload.resize(static_cast<std::size_t>(n));
+  read_all(fd, payload.data(), payload.size(), deadline);
+  return static_cast<MessageKind>(k);
+}
+
+std::string encode(const WindowRead& r) {
+  MessageWriter w;
+  w.i64(r.t0).i64(r.t1).i64(r.state_row0).i64(r.state_rows).i64(r.z_row0).i64(r.z_rows);
+  w.i64(r.q_offset).i64(r.k_offset).i64(r.v_offset).i64(r.state_offset).i64(r.z_offset).i64(r.accumulation_dtype);
+  return w.bytes();
+}
+
+WindowRead decode_window_read(const std::string& payload) {
+  MessageReader m(payload);
+  WindowRead r;
+  r.t0 = m.i64();
+  r.t1 = m.i64();
+  r.state_row0 = m.i64();
+  r.state_rows = m.i64();
+  r.z_row0 = m.i64();
+  r.z_rows = m.i64();
+  r.q_offset = m.i64();
+  r.k_offset = m.i64();
+  r.v_offset = m.i64();
+  r.state_offset = m.i64();
+  r.z_offset = m.i64();
+  r.accumulation_dtype = m.i64();
+  return r;
+}
+
+std::string encode(const CaseSchema& s) {
+  MessageWriter w;
+  for (const hdf5::DatasetInfo* info : {&s.q, &s.k, &s.v}) w.i64(static_cast<std::int64_t>(info->dtype)).i64s(info->shape);
+  w.i64(s.has_initial_state).i64(s.has_initial_z).i64s(s.cu_seqlens);
+  return w.bytes();
+}
+
+CaseSchema decode_case_schema(const std::string& payload) {
+  MessageReader m(payload);
+  CaseSchema s;
+  for (hdf5::DatasetInfo* info : {&s.q, &s.k, &s.v}) {
+    const std::int64_t dtype = m.i64();
+    if (dtype < 0 || dtype > static_cast<std::int64_t>(DType::f64))
+      throw std::runtime_error("malformed message from the reader process");
+    info->dtype = static_cast<DType>(dtype);
+    info->shape = m.i64s();
+    if (info->shape.size() != 4) throw std::runtime_error("malformed message from the reader process");
+  }
+  s.has_initial_state = m.i64() != 0;
+  s.has_initial_z = m.i64() != 0;
+  s.cu_seqlens = m.i64s();
+  return s;
+}
+
+}  // namespace linattn::pipeline

@@ -1,0 +1,63 @@
+// The batch process's side of the reader process (read_worker.hpp): starts it
+// on first use, sends requests, and waits for replies until a deadline. A
+// reader that dies (a crash inside libhdf5 on a corrupt file) or misses its
+// deadline (a hang) is killed and reaped; the request fails with ReaderLost
+// and the next request starts a fresh reader.
+#pragma once
+
+#include "io/input_file.hpp"
+#include "pipeline/read_protocol.hpp"
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace linattn::pipeline {
+
+// The reader process crashed or timed out; what() says which and while doing what.
+struct ReaderLost : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+class ReaderProcess {
+ public:
+  // exe: the program to start as the reader (this program: /proc/self/exe);
+  // shared_fd/shared_bytes: the input region it writes windows into.
+  ReaderProcess(std::string exe, int shared_fd, std::int64_t shared_bytes);
+  ~ReaderProcess();
+  ReaderProcess(const ReaderProcess&) = delete;
+  ReaderProcess& operator=(const ReaderProcess&) = delete;
+
+  // Synchronous requests. A failure the reader reports is a FileError with its message.
+  std::vector<std::string> list_cases(const std::string& file, Clock::time_point deadline);
+  CaseSchema open_case(const std::string& file, const std::string& group, bool allow_nonfinite,
+                       Clock::time_point deadline);
+  void close_case(Clock::time_point deadline);
+
+  // Pipelined window reads: send any number, then collect their replies in order.
+  void send_read(const WindowRead& read);
+  void wait_read(Clock::time_point deadline);  // the oldest outstanding one
+  std::size_t outstanding() const { return outstanding_; }
+  // Collects every outstanding reply, ignoring reported errors (after a case failed).
+  void drain(Clock::time_point deadline);
+
+  pid_t pid() const { return pid_; }
+
+ private:
+  void start();
+  void stop();                    // kills and reaps the reader (if any)
+  std::string wait_reply(MessageKind expected, Clock::time_point deadline, const char* doing);
+  [[noreturn]] void lost(const std::string& why);
+
+  std::string exe_;
+  int shared_fd_;
+  std::int64_t shared_bytes_;
+  pid_t pid_ = -1;
+  int socket_ = -1;
+  std::size_t outstanding_ = 0;
+  std::string doing_;  // the file (and dataset) being read, for messages
+};
+
+}  // namespace linattn::pipeline
