@@ -187,7 +187,7 @@ TEST_F(CliEndToEnd, BatchWithABadInputFinishesTheOthersAndExitsNonZero) {
 
   const Exit again = linattn_cli(dir, "run '" + input + "' -o '" + outdir + "'");
   EXPECT_EQ(again.code, 1) << again.output;
-  EXPECT_TRUE(contains(again.output, outdir + "/in.case0.h5: output exists (pass --force to overwrite)")) << again.output;
+  EXPECT_TRUE(contains(again.output, outdir + "/in.case0.h5: output exists (pass --force to overwrite, or --skip-existing to keep it)")) << again.output;
   EXPECT_EQ(linattn_cli(dir, "run '" + input + "' -o '" + outdir + "' --force").code, 0);
 }
 
