@@ -1,0 +1,171 @@
+// A case streamed in windows gives the bits of the whole case: run_batch (the
+// code path of `linattn run`) with a memory budget so small that every case
+// is cut into several windows, its outputs read back and compared byte for
+// byte with run_forward on the whole tensors (the unbudgeted run). Every
+// variant, plain and packed batches (windows cutting sequences in the
+// middle), normalization with an initial key sum, an initial state, and a
+// ragged last window. The pipeline's outputs are poisoned (NaN) before each
+// window's kernels, so an element a window did not write cannot match.
+#include "app/batch_run.hpp"
+#include "core/random_tensor.hpp"
+#include "io/input_file.hpp"
+#include "io/output_file.hpp"
+#include "temp_dir.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <sstream>
+#include <tuple>
+
+namespace linattn {
+namespace {
+
+using testing::TempDir;
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.dtype == b.dtype && a.shape == b.shape && a.bytes == b.bytes;
+}
+
+// Index of the first element whose bits differ (for the failure message).
+std::string first_difference(const Tensor& a, const Tensor& b) {
+  if (a.shape != b.shape) return "shapes " + shape_string(a.shape) + " and " + shape_string(b.shape);
+  for (std::int64_t i = 0; i < a.numel(); ++i)
+    if (std::memcmp(a.bytes.data() + i * dtype_size(a.dtype), b.bytes.data() + i * dtype_size(b.dtype),
+                    dtype_size(a.dtype)) != 0)
+      return "element " + std::to_string(i) + ": " + std::to_string(a.get(i)) + " vs " + std::to_string(b.get(i));
+  return "none";
+}
+
+struct Streamed {
+  CaseResult result;
+  OutputData output;
+};
+
+Streamed stream_case(const TempDir& dir, const std::string& name, const CaseData& data, std::int64_t chunk,
+                     const ForwardConfig& forward, std::int64_t budget) {
+  const std::string input = dir / (name + ".h5");
+  write_input_file(input, {{"", data}});
+  RunOptions opt;
+  opt.inputs = {input};
+  opt.outdir = dir / ("out-" + name);
+  opt.forward = forward;
+  opt.forward.poison_outputs = true;
+  opt.chunk = chunk;
+  opt.scale = 0.5;
+  opt.memory_budget = budget;
+  opt.durable = false;
+  std::ostringstream progress, errors;
+  const std::vector<CaseResult> results = run_batch(opt, progress, errors);
+  EXPECT_EQ(results.size(), 1u);
+  Streamed s;
+  s.result = results.at(0);
+  EXPECT_TRUE(s.result.ok) << s.result.error << errors.str();
+  if (s.result.ok) s.output = read_output_file(output_path(opt.outdir, input, ""));
+  return s;
+}
+
+void expect_same_as_whole(const CaseData& data, const Streamed& s, std::int64_t chunk, const ForwardConfig& forward) {
+  const std::vector<std::int64_t>* s0 = data.initial_state.empty() ? nullptr : &data.initial_state.shape;
+  const Problem p = problem_from_shapes(data.q.shape, data.k.shape, data.v.shape, chunk, 0.5, s0, data.cu_seqlens);
+  ForwardConfig whole = forward;
+  whole.segments = 1;
+  whole.poison_outputs = true;
+  const ForwardOutput ref = run_forward(p, whole, data.q, data.k, data.v, data.initial_state.empty() ? nullptr : &data.initial_state,
+                                        data.initial_z.empty() ? nullptr : &data.initial_z);
+  EXPECT_TRUE(same_bits(s.output.o, ref.o)) << "o differs at " << first_difference(s.output.o, ref.o);
+  EXPECT_TRUE(same_bits(s.output.h, ref.h)) << "h differs at " << first_difference(s.output.h, ref.h);
+  EXPECT_TRUE(same_bits(s.output.final_state, ref.final_state))
+      << "final_state differs at " << first_difference(s.output.final_state, ref.final_state);
+  EXPECT_TRUE(same_bits(s.output.z_state, ref.z_state))
+      << "z_state differs at " << first_difference(s.output.z_state, ref.z_state);
+}
+
+CaseData case_data(const Problem& p, DType dtype, std::uint64_t seed, bool initial, bool normalize) {
+  const ProblemInputs in = random_inputs(p, dtype, seed, initial, normalize, normalize && initial);
+  return CaseData{in.q, in.k, in.v, in.initial_state, p.cu_seqlens, in.initial_z};
+}
+
+// A budget of 7 shares of 48 KiB (src/pipeline/memory_budget.hpp:
+// 3 input + 3 output slots, and one share for the kernels' buffers on host backends).
+constexpr std::int64_t kTinyBudget = 7 * 48 * 1024;
+
+class StreamingMatchesWhole : public ::testing::TestWithParam<std::tuple<Variant, bool>> {};
+
+TEST_P(StreamingMatchesWhole, PlainBatch) {
+  const auto [variant, normalize] = GetParam();
+  TempDir dir("streaming-plain");
+  Problem p;
+  p.B = 2; p.T = 300; p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 16;  // 300 = 18 chunks + 12: a ragged end
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    for (bool initial : {false, true}) {
+      SCOPED_TRACE(std::string(dtype_name(dtype)) + (initial ? ", initial state" : ""));
+      const CaseData data = case_data(p, dtype, 7 + initial, initial, normalize);
+      ForwardConfig cfg;
+      cfg.variant = variant;
+      cfg.normalize = normalize;
+      cfg.snapshots = initial ? SnapshotMode::bf16 : SnapshotMode::accumulation;
+      const Streamed s = stream_case(dir, std::string("p") + dtype_name(dtype) + (initial ? "i" : ""), data, 16, cfg,
+                                     kTinyBudget);
+      ASSERT_TRUE(s.result.ok);
+      EXPECT_GE(s.result.windows, 4) << "the budget should cut the case into several windows";
+      expect_same_as_whole(data, s, 16, cfg);
+    }
+  }
+}
+
+TEST_P(StreamingMatchesWhole, PackedBatchCutInsideSequences) {
+  const auto [variant, normalize] = GetParam();
+  TempDir dir("streaming-packed");
+  Problem p;
+  p.B = 1; p.H = 2; p.DK = 16; p.DV = 16; p.chunk = 16;
+  p.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500};  // lengths 1, 63, 64, 65, 40, 17, 130, 120
+  p.T = p.cu_seqlens.back();
+  for (bool initial : {false, true}) {
+    SCOPED_TRACE(initial ? "initial state and z per sequence" : "no initial state");
+    const CaseData data = case_data(p, DType::f32, 11 + initial, initial, normalize);
+    ForwardConfig cfg;
+    cfg.variant = variant;
+    cfg.normalize = normalize;
+    cfg.output_fp32 = true;
+    const Streamed s = stream_case(dir, initial ? "packed-i" : "packed", data, 16, cfg, kTinyBudget);
+    ASSERT_TRUE(s.result.ok);
+    EXPECT_GE(s.result.windows, 4);
+    expect_same_as_whole(data, s, 16, cfg);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryVariant, StreamingMatchesWhole,
+                         ::testing::Combine(::testing::Values(Variant::fused, Variant::materialized, Variant::recompute,
+                                                              Variant::recurrent),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<std::tuple<Variant, bool>>& info) {
+                           return std::string(variant_name(std::get<0>(info.param))) +
+                                  (std::get<1>(info.param) ? "_normalize" : "");
+                         });
+
+// A budget too small for one chunk of every sequence fails the case with the
+// sizes, before anything is written.
+TEST(Streaming, BudgetBelowOneChunkIsAClearError) {
+  TempDir dir("streaming-small");
+  Problem p;
+  p.B = 4; p.T = 64; p.H = 4; p.DK = 64; p.DV = 64; p.chunk = 16;
+  const CaseData data = case_data(p, DType::f32, 3, false, false);
+  const std::string input = dir / "big.h5";
+  write_input_file(input, {{"", data}});
+  RunOptions opt;
+  opt.inputs = {input};
+  opt.outdir = dir / "out";
+  opt.chunk = 16;
+  opt.memory_budget = 7 * 4096 * 2;
+  std::ostringstream progress, errors;
+  const std::vector<CaseResult> results = run_batch(opt, progress, errors);
+  ASSERT_EQ(results.size(), 1u);
+  EXPECT_FALSE(results[0].ok);
+  EXPECT_NE(results[0].error.find("the memory budget is too small for this case"), std::string::npos) << results[0].error;
+  EXPECT_FALSE(std::filesystem::exists(output_path(opt.outdir, input, "")));
+  EXPECT_FALSE(std::filesystem::exists(output_path(opt.outdir, input, "") + ".partial"));
+}
+
+}  // namespace
+}  // namespace linattn
