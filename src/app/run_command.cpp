@@ -4,6 +4,8 @@
 #include "app/report.hpp"
 #include "pipeline/memory_budget.hpp"
 
+#include <sys/resource.h>
+
 #include <cmath>
 #include <iostream>
 #include <memory>
@@ -111,6 +113,14 @@ Command add_run_command(CLI::App& parent) {
             const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_summary(std::cout, results, opt.forward.variant);
+            // Peak resident memory, ours and the reader's (reaped by now), beside the budget.
+            rusage self{}, children{};
+            getrusage(RUSAGE_SELF, &self);
+            getrusage(RUSAGE_CHILDREN, &children);
+            std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << children.ru_maxrss / 1024
+                      << " MiB (reader process); memory budget "
+                      << (opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget()) / (1 << 20)
+                      << " MiB" << std::endl;
             for (const CaseResult& r : results)
               if (!r.ok) return 1;
             return 0;
