@@ -309,6 +309,9 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
   std::unique_ptr<Batch> batch;
   try {
     batch = std::make_unique<Batch>(options, reporter);
+    if (!host_execution && !batch->pinned())
+      reporter.line("note: the host buffers could not be page-locked; copies to the device run at pageable speed",
+                    true);
   } catch (const std::exception& e) {
     // No buffers, no reader: every input fails with the reason.
     for (const std::string& input : options.inputs) {
