@@ -39,6 +39,25 @@ for step in $steps; do
       "$GPU_DIR/linattn" bench --shape 1,4096,32,128 --shape 1,16384,32,128 --shape 1,32768,32,128 \
         --variants fused --gemm tensorcore --reps 20 \
         --json "$LOGS/bench-scaling-tensorcore.json" 2>&1 | tee "$LOGS/bench-scaling-tensorcore.txt" ;;
+    e2e)  # whole batch jobs, file to file: linattn run beside h5py + fla (outputs in RAM), then with fsync beside dd
+      python3 bench/e2e_compare.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
+        --dtype fp16 --cases 4 --json "$LOGS/e2e.json" 2>&1 | tee "$LOGS/e2e.txt"
+      python3 bench/e2e_compare.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
+        --dtype fp16 --cases 4 --sync --outdir "${E2E_DISK:-/tmp/linattn-e2e-disk}" --json "$LOGS/e2e-sync.json" 2>&1 |
+        tee "$LOGS/e2e-sync.txt" ;;
+    budget)  # a case 4x larger than --memory-budget: same bits as an unbudgeted run, peak RSS within the budget
+      d=${BUDGET_DIR:-/dev/shm/linattn-budget}; rm -rf "$d"; mkdir -p "$d"
+      "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 8,8192,16,128,128 --dtype fp16 --seed 3 --cases 1 > /dev/null
+      {
+        echo "== empty batch (the fixed footprint: libraries, CUDA context)"
+        "$GPU_DIR/linattn" run "$d/missing.h5" -o "$d/none" --memory-budget 1M 2>&1 | tail -1
+        echo "== unbudgeted (default budget)"
+        "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/whole" --no-fsync 2>&1 | grep -E "case0|peak RSS"
+        echo "== --memory-budget 200M (the case's inputs are 805 MB)"
+        "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/budget" --no-fsync --memory-budget 200M 2>&1 | grep -E "case0|peak RSS"
+        python3 bench/same_bits.py "$d/whole/in.case0.h5" "$d/budget/in.case0.h5"
+      } 2>&1 | tee "$LOGS/budget.txt"
+      rm -rf "$d" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
