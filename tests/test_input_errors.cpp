@@ -13,7 +13,10 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <chrono>
 
 #include <cmath>
 #include <filesystem>
@@ -371,6 +374,43 @@ TEST_F(BadInput, TwoInputsWithOneNameDoNotOverwriteEachOther) {
   EXPECT_EQ(b.results[1].error, output_path(b.outdir, twin, "case0") +
                                     ": already written by an earlier case of this batch (two inputs with one name?)");
   EXPECT_EQ(read_output_file(output_path(b.outdir, good, "case0")).record.input_file, good);
+}
+
+// A file whose reading hangs (a FIFO: opening it blocks forever) costs only
+// its own file: the reader is killed at --case-timeout, the file fails with
+// a line saying so, and the good file after it still runs.
+TEST_F(BadInput, AHangingReaderIsKilledAtTheCaseTimeout) {
+  const std::string fifo = dir / "hangs.h5";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  RunOptions options;
+  options.case_timeout = 1.0;
+  const auto start = std::chrono::steady_clock::now();
+  const Batch b = run({fifo, good}, options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(b.results.size(), 2u);
+  EXPECT_FALSE(b.results[0].ok);
+  EXPECT_NE(b.results[0].error.find("timed out while listing " + fifo), std::string::npos) << b.results[0].error;
+  EXPECT_TRUE(b.results[1].ok) << b.results[1].error;
+  EXPECT_TRUE(fs::exists(output_path(b.outdir, good, "case0")));
+  EXPECT_LT(seconds, 30.0);
+}
+
+// A reader that dies by a signal (what a SIGSEGV inside libhdf5 looks like
+// from the batch process) fails the cases it was reading, names the signal,
+// and the batch process itself finishes every case and reports them.
+TEST_F(BadInput, AReaderThatDiesFailsItsCasesNotTheBatch) {
+  const std::string crasher = dir / "crashing-reader.sh";
+  std::ofstream(crasher) << "#!/bin/sh\nkill -SEGV $$\n";
+  fs::permissions(crasher, fs::perms::owner_all);
+  RunOptions options;
+  options.reader_exe = crasher;
+  const Batch b = run({good, good}, options);
+  ASSERT_EQ(b.results.size(), 2u);
+  for (const CaseResult& r : b.results) {
+    EXPECT_FALSE(r.ok);
+    EXPECT_NE(r.error.find("the reader process died of signal 11"), std::string::npos) << r.error;
+  }
+  EXPECT_EQ(b.errors.find("[2/2]") != std::string::npos, true) << b.errors;
 }
 
 }  // namespace

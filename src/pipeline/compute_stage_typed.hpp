@@ -68,34 +68,34 @@ class TypedComputeStage final : public ComputeStage {
     const bool with_s0 = s.has_initial_state || carried;
     const bool with_z0 = s.normalize && (s.has_initial_z || carried);
     arena_.reset();
-    const std::int64_t aq = zero_copy ? -1 : arena_.take<In>(R * Tw * H * DK);
-    const std::int64_t ak = zero_copy ? -1 : arena_.take<In>(R * Tw * H * DK);
-    const std::int64_t av = zero_copy ? -1 : arena_.take<In>(R * Tw * H * DV);
-    const std::int64_t ao = zero_copy ? -1 : arena_.take<Out>(R * Tw * H * DV);
-    const std::int64_t ah = zero_copy || !s.snapshots ? -1 : arena_.take<Snap>(R * w.chunks * state);
-    const std::int64_t afs = arena_.take<Acc>(N * state);
-    const std::int64_t as0 = with_s0 ? arena_.take<Acc>(N * state) : -1;
-    const std::int64_t az0 = with_z0 ? arena_.take<Acc>(N * zrow) : -1;
-    const std::int64_t azs = s.normalize ? arena_.take<Acc>(N * zrow) : -1;
-    const std::int64_t araw = s.normalize && !std::is_same<Out, Acc>::value ? arena_.take<Acc>(R * Tw * H * DV) : -1;
+    const std::int64_t aq = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DK);
+    const std::int64_t ak = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DK);
+    const std::int64_t av = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DV);
+    const std::int64_t ao = zero_copy ? -1 : arena_.template take<Out>(R * Tw * H * DV);
+    const std::int64_t ah = zero_copy || !s.snapshots ? -1 : arena_.template take<Snap>(R * w.chunks * state);
+    const std::int64_t afs = arena_.template take<Acc>(N * state);
+    const std::int64_t as0 = with_s0 ? arena_.template take<Acc>(N * state) : -1;
+    const std::int64_t az0 = with_z0 ? arena_.template take<Acc>(N * zrow) : -1;
+    const std::int64_t azs = s.normalize ? arena_.template take<Acc>(N * zrow) : -1;
+    const std::int64_t araw = s.normalize && !std::is_same<Out, Acc>::value ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
     arena_.grow();
-    In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.at<In>(aq);
-    In* k = zero_copy ? host_ptr<In>(job.input, l.k) : arena_.at<In>(ak);
-    In* v = zero_copy ? host_ptr<In>(job.input, l.v) : arena_.at<In>(av);
-    Out* o = zero_copy ? host_ptr<Out>(job.output, l.o) : arena_.at<Out>(ao);
-    Snap* h = !s.snapshots ? nullptr : zero_copy ? host_ptr<Snap>(job.output, l.h) : arena_.at<Snap>(ah);
-    Acc* fs = arena_.at<Acc>(afs);
-    Acc* s0 = arena_.at<Acc>(as0);
-    Acc* z0 = arena_.at<Acc>(az0);
-    Acc* zs = arena_.at<Acc>(azs);
-    Acc* o_raw = arena_.at<Acc>(araw);
+    In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.template at<In>(aq);
+    In* k = zero_copy ? host_ptr<In>(job.input, l.k) : arena_.template at<In>(ak);
+    In* v = zero_copy ? host_ptr<In>(job.input, l.v) : arena_.template at<In>(av);
+    Out* o = zero_copy ? host_ptr<Out>(job.output, l.o) : arena_.template at<Out>(ao);
+    Snap* h = !s.snapshots ? nullptr : zero_copy ? host_ptr<Snap>(job.output, l.h) : arena_.template at<Snap>(ah);
+    Acc* fs = arena_.template at<Acc>(afs);
+    Acc* s0 = arena_.template at<Acc>(as0);
+    Acc* z0 = arena_.template at<Acc>(az0);
+    Acc* zs = arena_.template at<Acc>(azs);
+    Acc* o_raw = arena_.template at<Acc>(araw);
     if (first) {
       carry_.reset();
       const std::int64_t carry_rows = whole.varlen() ? 1 : whole.B;
-      const std::int64_t acs = carry_.take<Acc>(carry_rows * state), acz = carry_.take<Acc>(carry_rows * zrow);
+      const std::int64_t acs = carry_.template take<Acc>(carry_rows * state), acz = carry_.template take<Acc>(carry_rows * zrow);
       carry_.grow();
-      carry_state_ = carry_.at<Acc>(acs);
-      carry_z_ = carry_.at<Acc>(acz);
+      carry_state_ = carry_.template at<Acc>(acs);
+      carry_z_ = carry_.template at<Acc>(acz);
     }
 
     // Upload: q, k, v, then the starting state: the carried rows, the file's
