@@ -91,6 +91,7 @@ class Batch {
   Batch(const RunOptions& opt, ProgressReporter& progress)
       : opt_(opt),
         progress_(progress),
+        created_(Clock::now()),
         split_(split_budget(opt.memory_budget > 0 ? opt.memory_budget : default_memory_budget(), host_execution,
                             opt.window_cap)),
         inputs_(std::int64_t(split_.input_slots) * split_.slot_bytes, true),
@@ -98,9 +99,25 @@ class Batch {
         input_slots_(inputs_, split_.input_slots),
         output_slots_(outputs_, split_.output_slots),
         reader_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, inputs_.fd(), inputs_.bytes()),
-        writer_(output_slots_, progress) {}
+        writer_(output_slots_, progress) {
+    buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
+  }
 
   double startup_seconds() const { return startup_; }
+  void drain() { writer_.drain(); }
+
+  // Where the run's time went, one line: each stage's busy time beside the wall time.
+  std::string stage_report(double wall) const {
+    const WriteTimes w = writer_.times();
+    auto s = [](double x) { return std::to_string(x).substr(0, std::to_string(x).find('.') + 3) + " s"; };
+    return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
+           s(reader_.busy_seconds()) + "; compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
+           ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
+           s(wait_output_) + "; writer busy " + s(w.writing) + ", making files durable " + s(w.committing) + "; " +
+           std::to_string(split_.input_slots) + "+" + std::to_string(split_.output_slots) + " slots of " +
+           (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
+                                               : std::to_string(split_.slot_bytes >> 10) + " KiB") + (pinned() ? ", page-locked" : "");
+  }
   bool pinned() const { return inputs_.pinned() && outputs_.pinned(); }
 
   Clock::time_point deadline() const {
@@ -158,7 +175,7 @@ class Batch {
     r.min_bytes = count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state).total();
 
     ComputeStage& stage = stage_for(p, s);
-    const std::shared_ptr<CaseWrite> out = writer_.open(r.output, p, out_layout);
+    const std::shared_ptr<CaseWrite> out = writer_.open(r.output, p, out_layout, opt_.durable);
     std::int64_t total_bytes = 0;
     std::vector<WindowLayout> layouts;
     for (const Window& w : windows) {
@@ -194,9 +211,13 @@ class Batch {
     try {
       send_reads(0);
       for (std::size_t i = 0; i < windows.size(); ++i) {
+        Clock::time_point waited = Clock::now();
         reader_.wait_read(until);
+        wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
         if (out->failed.load()) break;
+        waited = Clock::now();
         const int out_slot = output_slots_.acquire();
+        wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
         WindowJob job{&p, &s, &windows[i], layouts[i], input_slots_.data(static_cast<int>(i % split_.input_slots)),
                       output_slots_.data(out_slot)};
         WindowTimes t;
@@ -209,6 +230,9 @@ class Batch {
         times.upload += t.upload;
         times.kernel += t.kernel;
         times.download += t.download;
+        totals_.upload += t.upload;
+        totals_.kernel += t.kernel;
+        totals_.download += t.download;
         send_reads(i + 1);
         writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
       }
@@ -222,7 +246,7 @@ class Batch {
     }
     r.kernel_seconds = times.kernel;
     const RunRecord record = make_record(opt_, r, p, s, stage.gemm(), times);
-    writer_.finish(out, record, opt_.durable, [this, &r, index, total, started](const std::string& error) {
+    writer_.finish(out, record, [this, &r, index, total, started](const std::string& error) {
       r.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
       progress_.end_case();
       if (error.empty()) {
@@ -260,6 +284,9 @@ class Batch {
 
   const RunOptions& opt_;
   ProgressReporter& progress_;
+  Clock::time_point created_;
+  double buffers_ = 0, wait_input_ = 0, wait_output_ = 0;
+  WindowTimes totals_;
   BudgetSplit split_;
   HostRegion inputs_, outputs_;
   SlotPool input_slots_, output_slots_;
@@ -302,6 +329,7 @@ std::string output_path(const std::string& outdir, const std::string& input, con
 }
 
 std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors) {
+  const Clock::time_point run_started = Clock::now();
   install_signal_cleanup();
   const std::string outdir_problem = prepare_outdir(options.outdir);
   ProgressReporter reporter(progress, errors, options.progress_bar && &errors == &std::cerr && ::isatty(2));
@@ -366,12 +394,9 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
     }
     reporter.line(failure_line(i + 1, results.size(), r), true);
   }
-  const double startup = batch->startup_seconds();
-  batch.reset();  // waits for the writer
-  if (startup > 0)
-    reporter.line("start-up: " + std::to_string(startup).substr(0, 5) +
-                      " s of kernel warm-up (module loading, first launches), not counted as kernel time",
-                  true);
+  batch->drain();  // every case written and committed
+  reporter.line(batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()), true);
+  batch.reset();
   return results;
 }
 

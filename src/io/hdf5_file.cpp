@@ -73,7 +73,15 @@ std::string sync_path(const std::string& path, bool directory) {
 }  // namespace
 
 void NewFile::commit(bool durable) {
+  close_file();
+  publish(durable);
+}
+
+void NewFile::close_file() {
   if (!file_.close()) throw FileError(partial_, with_detail("cannot be completed (closing failed)"));
+}
+
+void NewFile::publish(bool durable) {
   if (durable) {
     const std::string err = sync_path(partial_, false);
     if (!err.empty()) throw FileError(partial_, "cannot be flushed to disk (fsync): " + err);

@@ -32,6 +32,10 @@ class NewFile {
   // the directory): a power loss never leaves a complete-looking file that is
   // not. Throws FileError on failure.
   void commit(bool durable = false);
+  // commit() in two steps, so that the slow part can run on another thread:
+  // close_file() makes the HDF5 calls; publish() then only flushes and renames.
+  void close_file();
+  void publish(bool durable);
   const std::string& partial_path() const { return partial_; }
 
  private:

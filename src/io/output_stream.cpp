@@ -98,12 +98,20 @@ void OutputStream::write_final(std::int64_t n0, std::int64_t count, const void* 
 }
 
 void OutputStream::finish(const RunRecord& record, bool durable) {
+  close(record);
+  publish(durable);
+}
+
+void OutputStream::close(const RunRecord& record) {
   write_run_record(file_.id(), path(), record);
   o_.close();
   h_.close();
   final_state_.close();
   z_state_.close();
-  file_.commit(durable);
+  o_type_.close();
+  h_type_.close();
+  state_type_.close();
+  file_.close_file();  // after it, nothing of this object calls HDF5 again
 }
 
 }  // namespace linattn

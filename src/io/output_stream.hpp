@@ -42,6 +42,10 @@ class OutputStream {
   void write_final(std::int64_t n0, std::int64_t count, const void* state, const void* z);
 
   void finish(const RunRecord& record, bool durable);
+  // finish() in two steps: the attributes and HDF5's close (the HDF5 thread),
+  // then the flush to disk and the rename (any thread).
+  void close(const RunRecord& record);
+  void publish(bool durable) { file_.publish(durable); }
   const std::string& path() const { return file_.path(); }
   const std::string& partial_path() const { return file_.partial_path(); }
 

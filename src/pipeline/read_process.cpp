@@ -14,6 +14,7 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
@@ -118,6 +119,7 @@ class Worker {
   }
 
   void read(const WindowRead& r) {
+    const auto start = std::chrono::steady_clock::now();
     if (!open_) throw std::runtime_error("read_window without open_case");
     const OpenCase& c = *open_;
     const auto& s = c.schema.q.shape;
@@ -160,7 +162,8 @@ class Worker {
         check_finite(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
       }
     }
-    send_message(socket_, MessageKind::done, "");
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    send_message(socket_, MessageKind::done, MessageWriter().i64(static_cast<std::int64_t>(seconds * 1e9)).bytes());
   }
 
   int socket_;

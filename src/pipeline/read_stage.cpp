@@ -103,10 +103,18 @@ std::string ReaderProcess::wait_reply(MessageKind expected, Clock::time_point de
   return payload;
 }
 
+void ReaderProcess::send(MessageKind kind, const std::string& payload) {
+  try {
+    send_message(socket_, kind, payload);
+  } catch (const ChannelClosed&) {
+    // The reader is gone; waiting for the reply reaps it and says how it ended.
+  }
+}
+
 std::vector<std::string> ReaderProcess::list_cases(const std::string& file, Clock::time_point deadline) {
   if (socket_ < 0) start();
   doing_ = file;
-  send_message(socket_, MessageKind::list_cases, MessageWriter().str(file).bytes());
+  send(MessageKind::list_cases, MessageWriter().str(file).bytes());
   const std::string payload = wait_reply(MessageKind::cases, deadline, "while listing");
   MessageReader m(payload);
   const std::int64_t n = m.i64();
@@ -119,31 +127,27 @@ CaseSchema ReaderProcess::open_case(const std::string& file, const std::string& 
                                     Clock::time_point deadline) {
   if (socket_ < 0) start();
   doing_ = file + (group.empty() ? "" : ":" + group);
-  send_message(socket_, MessageKind::open_case, MessageWriter().str(file).str(group).i64(allow_nonfinite).bytes());
+  send(MessageKind::open_case, MessageWriter().str(file).str(group).i64(allow_nonfinite).bytes());
   return decode_case_schema(wait_reply(MessageKind::schema, deadline, "while opening"));
 }
 
 void ReaderProcess::close_case(Clock::time_point deadline) {
   if (socket_ < 0) return;
-  send_message(socket_, MessageKind::close_case, "");
+  send(MessageKind::close_case, "");
   wait_reply(MessageKind::done, deadline, "while closing");
 }
 
 void ReaderProcess::send_read(const WindowRead& read) {
   if (socket_ < 0) throw ReaderLost("the reader process is gone");
-  try {
-    send_message(socket_, MessageKind::read_window, encode(read));
-  } catch (const ChannelClosed&) {
-    ++outstanding_;
-    return;  // wait_read reports how it ended
-  }
+  send(MessageKind::read_window, encode(read));
   ++outstanding_;
 }
 
 void ReaderProcess::wait_read(Clock::time_point deadline) {
   if (outstanding_ == 0) throw std::logic_error("no window read outstanding");
   --outstanding_;
-  wait_reply(MessageKind::done, deadline, "while reading");
+  const std::string payload = wait_reply(MessageKind::done, deadline, "while reading");
+  if (payload.size() == sizeof(std::int64_t)) busy_seconds_ += static_cast<double>(MessageReader(payload).i64()) * 1e-9;
 }
 
 void ReaderProcess::drain(Clock::time_point deadline) {

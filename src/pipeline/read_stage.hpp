@@ -44,9 +44,12 @@ class ReaderProcess {
   void drain(Clock::time_point deadline);
 
   pid_t pid() const { return pid_; }
+  // Seconds the reader processes spent reading windows (their own clock).
+  double busy_seconds() const { return busy_seconds_; }
 
  private:
   void start();
+  void send(MessageKind kind, const std::string& payload);
   void stop();                    // kills and reaps the reader (if any)
   std::string wait_reply(MessageKind expected, Clock::time_point deadline, const char* doing);
   [[noreturn]] void lost(const std::string& why);
@@ -57,6 +60,7 @@ class ReaderProcess {
   pid_t pid_ = -1;
   int socket_ = -1;
   std::size_t outstanding_ = 0;
+  double busy_seconds_ = 0;
   std::string doing_;  // the file (and dataset) being read, for messages
 };
 

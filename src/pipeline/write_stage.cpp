@@ -3,39 +3,67 @@
 #include "io/file_error.hpp"
 #include "pipeline/signal_cleanup.hpp"
 
-#include <filesystem>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
 
 namespace linattn::pipeline {
+namespace {
+
+void add_seconds(std::atomic<double>& total, std::chrono::steady_clock::time_point since) {
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+  double old = total.load();
+  while (!total.compare_exchange_weak(old, old + s)) {
+  }
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+}  // namespace
 
 WriteStage::WriteStage(SlotPool& outputs, ProgressReporter& progress) : outputs_(outputs), progress_(progress) {
-  thread_ = std::thread([this] {
+  writer_ = std::thread([this] {
     while (auto job = jobs_.pop()) (*job)();
+    commits_.close();
+  });
+  committer_ = std::thread([this] {
+    while (auto job = commits_.pop()) (*job)();
   });
 }
 
 WriteStage::~WriteStage() {
   jobs_.close();
-  thread_.join();
+  writer_.join();
+  committer_.join();
 }
 
 void WriteStage::fail(CaseWrite& c, const std::string& error) {
   if (c.failed.load()) return;
   c.error = error;
   c.failed.store(true);
+  close_fd(c.writeback_fd);
   c.stream.reset();  // removes the .partial file
   unregister_partial(c.cleanup_token);
   c.cleanup_token = -1;
 }
 
-std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Problem& p, const OutputLayout& layout) {
+std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Problem& p, const OutputLayout& layout,
+                                            bool durable) {
   auto c = std::make_shared<CaseWrite>();
   c->path = path;
   c->problem = p;
   c->layout = layout;
+  c->durable = durable;
   jobs_.push([this, c] {
     try {
       c->cleanup_token = register_partial(c->path + ".partial");
       c->stream = std::make_unique<OutputStream>(c->path, c->problem, c->layout);
+      if (c->durable) c->writeback_fd = ::open(c->stream->partial_path().c_str(), O_RDONLY | O_CLOEXEC);
     } catch (const std::exception& e) {
       fail(*c, e.what());
     }
@@ -46,36 +74,58 @@ std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Probl
 void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, const WindowLayout& l, int slot,
                        std::int64_t bytes_moved) {
   jobs_.push([this, c, w, l, slot, bytes_moved] {
+    const auto start = std::chrono::steady_clock::now();
     if (!c->failed.load()) {
       try {
         const unsigned char* base = outputs_.data(slot);
         c->stream->write_o(w.t0, w.t1, base + l.o);
         c->stream->write_h(w.chunk0, w.chunks, base + l.h);
         c->stream->write_final(l.finished_row0, l.finished_rows, base + l.final_state, base + l.final_z);
+        // Start the disk on what is written (best effort; the fsync at the end is what counts).
+        if (c->writeback_fd >= 0) ::sync_file_range(c->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         progress_.advance(w.tokens(), bytes_moved);
       } catch (const std::exception& e) {
         fail(*c, e.what());
       }
     }
     outputs_.release(slot);
+    add_seconds(writing_, start);
   });
 }
 
-void WriteStage::finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& record, bool durable,
+void WriteStage::finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& record,
                         std::function<void(const std::string&)> done) {
-  jobs_.push([this, c, record, durable, done] {
+  jobs_.push([this, c, record, done] {
     if (!c->failed.load()) {
       try {
-        c->stream->finish(record, durable);
-        c->stream.reset();
-        unregister_partial(c->cleanup_token);
-        c->cleanup_token = -1;
+        c->stream->close(record);
       } catch (const std::exception& e) {
         fail(*c, e.what());
       }
     }
-    done(c->failed.load() ? c->error : "");
+    commits_.push([this, c, done] {
+      const auto start = std::chrono::steady_clock::now();
+      if (!c->failed.load()) {
+        try {
+          c->stream->publish(c->durable);
+          c->stream.reset();
+          unregister_partial(c->cleanup_token);
+          c->cleanup_token = -1;
+        } catch (const std::exception& e) {
+          fail(*c, e.what());
+        }
+      }
+      close_fd(c->writeback_fd);
+      add_seconds(committing_, start);
+      done(c->failed.load() ? c->error : "");
+    });
   });
+}
+
+void WriteStage::drain() {
+  std::promise<void> done;
+  jobs_.push([this, &done] { commits_.push([&done] { done.set_value(); }); });
+  done.get_future().wait();
 }
 
 void WriteStage::abort(const std::shared_ptr<CaseWrite>& c) {
