@@ -98,20 +98,34 @@ class Batch {
         outputs_(std::int64_t(split_.output_slots) * split_.slot_bytes, false),
         input_slots_(inputs_, split_.input_slots),
         output_slots_(outputs_, split_.output_slots),
-        reader_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, inputs_.fd(), inputs_.bytes()),
         writer_(output_slots_, progress) {
+    // Several readers read windows side by side (window i: reader i mod n);
+    // each is a process of its own, with its own copy of libhdf5.
+    const int readers = std::max(1, std::min(opt.readers, split_.input_slots));
+    for (int i = 0; i < readers; ++i)
+      readers_.push_back(std::make_unique<ReaderProcess>(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe,
+                                                         inputs_.fd(), inputs_.bytes()));
     buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
   }
 
   double startup_seconds() const { return startup_; }
   void drain() { writer_.drain(); }
+  // Stops the readers; returns their largest peak RSS.
+  std::int64_t stop_readers() {
+    std::int64_t peak = 0;
+    for (auto& r : readers_) {
+      r->stop();
+      peak = std::max(peak, r->peak_rss_bytes());
+    }
+    return peak;
+  }
 
   // Where the run's time went, one line: each stage's busy time beside the wall time.
   std::string stage_report(double wall) const {
     const WriteTimes w = writer_.times();
     auto s = [](double x) { return std::to_string(x).substr(0, std::to_string(x).find('.') + 3) + " s"; };
     return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
-           s(reader_.busy_seconds()) + "; compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
+           s(reader_busy()) + " (" + std::to_string(readers_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
            ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
            s(wait_output_) + "; writer busy " + s(w.writing) + ", making files durable " + s(w.committing) + "; " +
            std::to_string(split_.input_slots) + "+" + std::to_string(split_.output_slots) + " slots of " +
@@ -124,14 +138,21 @@ class Batch {
     return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt_.case_timeout * 1000));
   }
 
-  std::vector<std::string> list(const std::string& file) { return reader_.list_cases(file, deadline()); }
+  std::vector<std::string> list(const std::string& file) { return readers_[0]->list_cases(file, deadline()); }
+
+  double reader_busy() const {
+    double s = 0;
+    for (const auto& r : readers_) s += r->busy_seconds();
+    return s;
+  }
 
   // One case, start to finish; throws on the first problem (the writer's
   // problems reach r through finish's callback).
   void run_case(CaseResult& r, std::size_t index, std::size_t total) {
     const Clock::time_point started = Clock::now();
     const Clock::time_point until = deadline();
-    const CaseSchema schema = reader_.open_case(r.input, r.group, opt_.allow_nonfinite, until);
+    const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
+    for (std::size_t i = 1; i < readers_.size(); ++i) readers_[i]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
     if (schema.has_initial_z && !opt_.forward.normalize)
       throw FileError(r.input, dataset_path(r.group, "z_state"),
                       "an initial key sum is only used by normalized runs (pass --normalize, or remove z_state)");
@@ -204,7 +225,7 @@ class Batch {
         read.state_offset = base + l.initial_state;
         read.z_offset = base + l.initial_z;
         read.accumulation_dtype = static_cast<std::int64_t>(s.accumulation);
-        reader_.send_read(read);
+        readers_[next_read % readers_.size()]->send_read(read);
         ++next_read;
       }
     };
@@ -212,7 +233,7 @@ class Batch {
       send_reads(0);
       for (std::size_t i = 0; i < windows.size(); ++i) {
         Clock::time_point waited = Clock::now();
-        reader_.wait_read(until);
+        readers_[i % readers_.size()]->wait_read(until);
         wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
         if (out->failed.load()) break;
         waited = Clock::now();
@@ -236,11 +257,13 @@ class Batch {
         send_reads(i + 1);
         writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
       }
-      reader_.drain(until);  // reads left after a write failure
-      reader_.close_case(until);
+      for (auto& reader : readers_) {
+        reader->drain(until);  // reads left after a write failure
+        reader->close_case(until);
+      }
     } catch (...) {
       progress_.end_case();
-      reader_.drain(until);
+      for (auto& reader : readers_) reader->drain(until);
       writer_.abort(out);
       throw;
     }
@@ -290,7 +313,7 @@ class Batch {
   BudgetSplit split_;
   HostRegion inputs_, outputs_;
   SlotPool input_slots_, output_slots_;
-  ReaderProcess reader_;
+  std::vector<std::unique_ptr<ReaderProcess>> readers_;
   WriteStage writer_;
   std::map<int, std::unique_ptr<ComputeStage>> stages_;
   std::set<std::string> warmed_;
@@ -328,7 +351,8 @@ std::string output_path(const std::string& outdir, const std::string& input, con
   return (fs::path(outdir) / (name + ".h5")).string();
 }
 
-std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors) {
+std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
+                                  BatchStats* stats) {
   const Clock::time_point run_started = Clock::now();
   install_signal_cleanup();
   const std::string outdir_problem = prepare_outdir(options.outdir);
@@ -395,6 +419,7 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
     reporter.line(failure_line(i + 1, results.size(), r), true);
   }
   batch->drain();  // every case written and committed
+  if (stats) stats->reader_peak_rss = batch->stop_readers();
   reporter.line(batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()), true);
   batch.reset();
   return results;

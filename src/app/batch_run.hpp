@@ -31,6 +31,7 @@ struct RunOptions {
   std::int64_t window_cap = std::int64_t(256) << 20;  // most bytes per window slot
   double case_timeout = 1800;    // seconds the reader may take on one case (listing a file counts as one)
   std::string reader_exe;        // the program started as the reader process; "": this program
+  int readers = 2;               // reader processes reading windows side by side
   bool progress_bar = true;      // a redrawn bar when stderr is a terminal
 };
 
@@ -57,6 +58,10 @@ std::string output_path(const std::string& outdir, const std::string& input, con
 // Runs the batch. Prints one progress line per case to `progress` as it
 // finishes, and failures (one line each) to `errors`. Never throws for a bad
 // case or a bad output directory: each such case is a failed CaseResult.
-std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors);
+struct BatchStats {
+  std::int64_t reader_peak_rss = 0;  // bytes, the largest of the reader processes
+};
+std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
+                                  BatchStats* stats = nullptr);
 
 }  // namespace linattn

@@ -22,6 +22,7 @@ Command add_run_command(CLI::App& parent) {
     bool skip_existing = false, no_fsync = false;
     std::string memory_budget;
     double case_timeout = 1800;
+    int readers = 2;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -91,6 +92,9 @@ Command add_run_command(CLI::App& parent) {
                   "case fails; a hang inside a corrupt file costs only its own case")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--readers", o->readers, "Reader processes reading windows side by side")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
 
   return {cmd, [o] {
             RunOptions opt;
@@ -110,15 +114,16 @@ Command add_run_command(CLI::App& parent) {
             opt.durable = !o->no_fsync;
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
-            const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr);
+            opt.readers = o->readers;
+            BatchStats stats;
+            const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr, &stats);
             std::cout << '\n';
             print_summary(std::cout, results, opt.forward.variant);
-            // Peak resident memory, ours and the reader's (reaped by now), beside the budget.
-            rusage self{}, children{};
+            // Peak resident memory, ours and the readers', beside the budget.
+            rusage self{};
             getrusage(RUSAGE_SELF, &self);
-            getrusage(RUSAGE_CHILDREN, &children);
-            std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << children.ru_maxrss / 1024
-                      << " MiB (reader process); memory budget "
+            std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << (stats.reader_peak_rss >> 20)
+                      << " MiB (largest reader process; its input slots are shared with the batch process); memory budget "
                       << (opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget()) / (1 << 20)
                       << " MiB" << std::endl;
             for (const CaseResult& r : results)

@@ -149,7 +149,7 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   // A chunk cache that holds a few chunks, so that a chunk two windows share
   // is completed in memory rather than read back.
   PropertyList dapl(H5Pcreate(H5P_DATASET_ACCESS));
-  H5Pset_chunk_cache(dapl.get(), 521, std::size_t(16) << 20, 1.0);
+  H5Pset_chunk_cache(dapl.get(), 521, std::size_t(2) << 20, 1.0);
   Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), dapl.get()));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
   return ds;

@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 extern char** environ;
 
@@ -55,6 +58,12 @@ void ReaderProcess::start() {
 }
 
 void ReaderProcess::stop() {
+  if (pid_ > 0) {
+    std::ifstream status("/proc/" + std::to_string(pid_) + "/status");
+    std::string line;
+    while (std::getline(status, line))
+      if (line.rfind("VmHWM:", 0) == 0) peak_rss_bytes_ = std::max<std::int64_t>(peak_rss_bytes_, std::atoll(line.c_str() + 6) * 1024);
+  }
   if (socket_ >= 0) ::close(socket_);
   socket_ = -1;
   if (pid_ > 0) {

@@ -46,11 +46,15 @@ class ReaderProcess {
   pid_t pid() const { return pid_; }
   // Seconds the reader processes spent reading windows (their own clock).
   double busy_seconds() const { return busy_seconds_; }
+  // The largest peak RSS of the reader processes so far (read from /proc
+  // before each is stopped: getrusage would count the batch process's memory,
+  // which a spawned child shares until its exec). Call stop() first for the last one.
+  std::int64_t peak_rss_bytes() const { return peak_rss_bytes_; }
+  void stop();                    // kills and reaps the reader (if any)
 
  private:
   void start();
   void send(MessageKind kind, const std::string& payload);
-  void stop();                    // kills and reaps the reader (if any)
   std::string wait_reply(MessageKind expected, Clock::time_point deadline, const char* doing);
   [[noreturn]] void lost(const std::string& why);
 
@@ -61,6 +65,7 @@ class ReaderProcess {
   int socket_ = -1;
   std::size_t outstanding_ = 0;
   double busy_seconds_ = 0;
+  std::int64_t peak_rss_bytes_ = 0;
   std::string doing_;  // the file (and dataset) being read, for messages
 };
 
