@@ -251,6 +251,8 @@ def child_main(argv):
         report["rc"] = p.returncode
         m = re.findall(r"^peak RSS:.*$", p.stdout, flags=re.M)
         report["peak_rss_line"] = m[-1] if m else None
+        m = re.findall(r"^pipeline:.*$", p.stdout, flags=re.M)
+        report["pipeline_line"] = m[-1] if m else None
     else:
         if a.cpu:
             report["info"] = user_script_cpu(a.input, a.outdir, a.h_dtype, a.sync, a.scale)
@@ -506,6 +508,8 @@ def main():
                 rss = rep["children_maxrss_kib"] if j["child"][0] == "exec" else rep["self_maxrss_kib"]
                 print(f"    {wall:.3f} s  {nbytes / 1e6:.1f} MB out  peak RSS {rss / 1024:.0f} MiB" +
                       (f"  (linattn: {rep['peak_rss_line']})" if rep.get("peak_rss_line") else ""), flush=True)
+                if rep.get("pipeline_line"):
+                    print(f"    linattn: {rep['pipeline_line']}", flush=True)
                 if timed:
                     j["walls"].append(wall)
                     j["inner_walls"].append(rep["inner_wall_s"])
