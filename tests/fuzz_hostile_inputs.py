@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""A seeded mutation fuzzer: linattn run over corrupted copies of example.h5.
+
+Makes --mutations corrupted copies of EXAMPLE_H5 (random byte flips, byte-range
+overwrites with random or "interesting" values, truncations and zeroed blocks,
+biased toward the first 4 KB and the other metadata regions of the file, where
+libhdf5 parses structure) and runs them through `linattn run ... --no-fsync
+--case-timeout 5` in batches of --batch files, each batch ending with the
+pristine EXAMPLE_H5. libhdf5 may crash or hang on such files; that must cost
+only the case at hand. For every batch it asserts:
+
+  * the batch process ended by itself (no signal, no hang past the timeout)
+    with exit code 0 or 1;
+  * stdout and stderr are strict UTF-8 without control characters (messages
+    never echo raw bytes from the file);
+  * every case has exactly one result line ([i/N] ... -> path, or FAILED) and
+    the summary line agrees with them;
+  * the pristine file's three cases completed, and their outputs verify;
+  * a failed case left no output (final or .partial), no .partial is left
+    anywhere in OUTDIR, and every output in OUTDIR belongs to a case reported ok.
+
+Mutation k of seed S is made by random.Random(S * 100000 + k) alone, so a
+finding is reproduced with `--seed S --only k` (the mutated files stay in
+WORKDIR/mutants; WORKDIR is emptied at the start of a run; a failing batch's
+OUTDIR is kept).
+
+The runs get RLIMIT_DATA --data-limit (2 GiB; then also --memory-budget 64M):
+a corrupt size can make libhdf5 allocate gigabytes in the reader (e.g. seed 3,
+mutation 213: 8 GiB for a 4-character attribute), which must not take down
+the CI machine; --data-limit 0 runs unbounded and shows it in the summary's
+largest peak RSS.
+
+Usage: fuzz_hostile_inputs.py LINATTN_EXE EXAMPLE_H5 WORKDIR [--mutations 320]
+       [--seed 1] [--batch 40] [--jobs 2] [--only K[,K...]] [--data-limit MiB]
+Exit 0 when every assertion held, 1 otherwise (the offending mutations listed).
+Standard library only.
+"""
+import argparse
+import os
+import random
+import re
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import unicodedata
+
+CASE_TIMEOUT = 5      # linattn run --case-timeout
+BATCH_TIMEOUT = 60    # seconds before a batch process counts as hung
+MEMORY_BUDGET = "64M" # linattn run --memory-budget under --data-limit (the example's cases are tiny)
+PRISTINE_GROUPS = ("case0", "case1", "case2")
+
+RESULT_LINE = re.compile(r"^\[(\d+)/(\d+)\] (.*?)  (?:(B=.*)  -> (.*)|FAILED: (.*)|skipped: (.*))$")
+SUMMARY_LINE = re.compile(r"^cases: (\d+) ok, (\d+) failed")
+PEAK_RSS_LINE = re.compile(r"^peak RSS: (\d+) MiB \(batch process\), (\d+) MiB \((?:largest )?reader process")
+
+
+# ---------------------------------------------------------------- mutations
+
+def metadata_regions(data, block=64):
+    """[start, end) runs of blocks that look like HDF5 metadata (many zero
+    bytes), unlike the random-valued tensor data between them."""
+    runs = []
+    for start in range(0, len(data), block):
+        chunk = data[start:start + block]
+        if chunk.count(0) >= len(chunk) * 0.3:
+            if runs and start <= runs[-1][1]:
+                runs[-1][1] = start + len(chunk)
+            else:
+                runs.append([start, start + len(chunk)])
+    return [tuple(r) for r in runs] or [(0, min(len(data), 4096))]
+
+
+class Mutator:
+    INTERESTING = [b"\x00", b"\xff", b"\x7f", b"\x80", b"\x01", b"\xff\xff", b"\x00\x80", b"\xff\x7f",
+                   b"\xff\xff\xff\xff", b"\x00\x00\x00\x80", b"\xff\xff\xff\x7f", b"\x00\x00\x01\x00",
+                   b"\xff" * 8, b"\x00" * 8, b"\xff\xff\xff\xff\xff\xff\xff\x7f", b"\x00\x00\x00\x00\x00\x00\x00\x80",
+                   b"\x00\x10\x00\x00\x00\x00\x00\x00", b"\x00\x00\x00\x00\x01\x00\x00\x00"]
+
+    def __init__(self, pristine):
+        self.pristine = pristine
+        self.size = len(pristine)
+        self.regions = metadata_regions(pristine)
+        self.region_bytes = sum(b - a for a, b in self.regions)
+
+    def offset(self, rng, length=1):
+        """Where a mutation starts: 45% in the first 4 KB, 35% in a metadata
+        region (weighted by size), 20% anywhere."""
+        size = self.size
+        r = rng.random()
+        if r < 0.45:
+            lo, hi = 0, min(4096, size)
+        elif r < 0.80:
+            pick = rng.randrange(self.region_bytes)
+            for lo, hi in self.regions:
+                if pick < hi - lo:
+                    break
+                pick -= hi - lo
+        else:
+            lo, hi = 0, size
+        hi = min(hi, size - length + 1)   # the mutation fits in the file
+        return rng.randrange(lo, max(lo + 1, hi))
+
+    def flip(self, rng, data):
+        n = rng.randint(1, 16)
+        where = []
+        for _ in range(n):
+            at = self.offset(rng)
+            if rng.random() < 0.5:
+                data[at] ^= 1 << rng.randrange(8)   # one bit
+            else:
+                data[at] ^= rng.randrange(1, 256)   # a random byte
+            where.append(at)
+        return f"flip {n} byte(s) at {','.join(map(str, sorted(where)))}"
+
+    def overwrite(self, rng, data):
+        if rng.random() < 0.4:
+            # An "interesting" value (an undefined address, a huge size, ...) at an aligned offset.
+            value = rng.choice(self.INTERESTING)
+            at = self.offset(rng, len(value)) & ~(len(value) - 1 if len(value) in (2, 4, 8) else 0)
+            at = min(at, len(data) - len(value))
+            data[at:at + len(value)] = value
+            return f"overwrite {len(value)} byte(s) at {at} with {value.hex()}"
+        length = rng.randint(1, 64) if rng.random() < 0.7 else rng.randint(65, 2048)
+        at = self.offset(rng, length)
+        length = min(length, len(data) - at)
+        data[at:at + length] = bytes(rng.randrange(256) for _ in range(length))
+        return f"overwrite {length} random byte(s) at {at}"
+
+    def zero(self, rng, data):
+        length = rng.randint(1, 256) if rng.random() < 0.6 else rng.randint(257, 8192)
+        at = self.offset(rng, length)
+        length = min(length, len(data) - at)
+        data[at:at + length] = bytes(length)
+        return f"zero {length} byte(s) at {at}"
+
+    def truncate(self, rng, data):
+        r = rng.random()
+        if r < 0.1:
+            keep = rng.randrange(0, 96)          # inside the superblock (or empty)
+        elif r < 0.6:
+            keep = self.offset(rng)
+        else:
+            keep = rng.randrange(0, len(data))
+        del data[keep:]
+        return f"truncate to {keep} byte(s)"
+
+    def make(self, seed):
+        """The mutated bytes for one seed and what was done to them."""
+        rng = random.Random(seed)
+        data = bytearray(self.pristine)
+        kind = rng.choices(["flip", "overwrite", "truncate", "zero", "combo"], [40, 22, 13, 15, 10])[0]
+        if kind == "combo":
+            steps = [rng.choice([self.flip, self.overwrite, self.zero]) for _ in range(rng.randint(2, 3))]
+            if rng.random() < 0.3:
+                steps.append(self.truncate)
+            what = "; ".join(step(rng, data) for step in steps)
+        else:
+            what = getattr(self, kind)(rng, data)
+        return bytes(data), what
+
+
+# ---------------------------------------------------------------- checks
+
+def group_output_name(group_printed):
+    """OUTDIR name part of a group as linattn makes it from the printed
+    (printable()-escaped) group name: '/' -> '.', anything else that is not
+    [A-Za-z0-9._-] -> '_' per byte; an escape \\xNN stood for one byte."""
+    out = []
+    i = 0
+    while i < len(group_printed):
+        c = group_printed[i]
+        if c == "\\" and re.match(r"\\x[0-9a-f]{2}", group_printed[i:i + 4]):
+            out.append("_")
+            i += 4
+            continue
+        if c == "/":
+            out.append(".")
+        elif c.isascii() and (c.isalnum() or c in "-_."):
+            out.append(c)
+        else:
+            out.append("_" * len(c.encode()))
+        i += 1
+    return "".join(out)
+
+
+def control_characters(text):
+    """Control characters (C0 but newline, DEL, C1) in text, as repr."""
+    return sorted({repr(c) for c in text if c != "\n" and unicodedata.category(c) == "Cc"})
+
+
+DATA_LIMIT = 0   # bytes of RLIMIT_DATA for linattn and its reader (0: none), from --data-limit
+
+
+def child_limits():
+    """In the child before exec: no core files (the reader's crashes are
+    expected), and, with --data-limit, a bound on heap memory: a corrupt size
+    in a file makes libhdf5's allocation fail at once instead of taking
+    gigabytes of the CI machine (linattn's reader has no bound of its own)."""
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if DATA_LIMIT:
+        resource.setrlimit(resource.RLIMIT_DATA, (DATA_LIMIT, DATA_LIMIT))
+
+
+class Batch:
+    def __init__(self, index, seeds, files, pristine, outdir):
+        self.index, self.seeds, self.files, self.pristine, self.outdir = index, seeds, files, pristine, outdir
+        self.problems = []          # (seed or None, message)
+        self.ok = self.failed = self.crashes = self.timeouts = self.lost = 0
+        self.failures = []          # (seed, message) of failed cases of mutated files
+        self.wall = 0.0
+        self.peak_rss = None        # (batch, reader) MiB as linattn reports them
+
+    def command(self, exe):
+        return [exe, "run", *self.files, self.pristine, "-o", self.outdir, "--no-fsync",
+                "--case-timeout", str(CASE_TIMEOUT)] + (["--memory-budget", MEMORY_BUDGET] if DATA_LIMIT else [])
+
+    def problem(self, seed, message):
+        self.problems.append((seed, message))
+
+
+def start_batch(exe, batch, workdir):
+    batch.started = time.monotonic()
+    batch.proc = subprocess.Popen(batch.command(exe), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  cwd=workdir, preexec_fn=child_limits)
+
+
+def finish_batch(exe, batch):
+    proc = batch.proc
+    try:
+        out, err = proc.communicate(timeout=max(1.0, BATCH_TIMEOUT - (time.monotonic() - batch.started)))
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        batch.wall = time.monotonic() - batch.started
+        batch.problem(None, f"the batch process hung: killed after {BATCH_TIMEOUT} s "
+                            f"(command: {' '.join(batch.command(exe))})")
+        batch.stdout, batch.stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        return
+    batch.wall = time.monotonic() - batch.started
+    rc = proc.returncode
+    if rc < 0:
+        batch.problem(None, f"the batch process was killed by signal {-rc}")
+    elif rc not in (0, 1):
+        batch.problem(None, f"exit code {rc} (expected 0 or 1)")
+    texts = {}
+    for name, raw in (("stdout", out), ("stderr", err)):
+        try:
+            texts[name] = raw.decode("utf-8", errors="strict")
+        except UnicodeDecodeError as e:
+            texts[name] = raw.decode("utf-8", errors="replace")
+            bad = raw[max(0, e.start - 40):e.end + 40]
+            batch.problem(None, f"{name} is not UTF-8 ({e.reason} at byte {e.start}: {bad!r})")
+        controls = control_characters(texts[name])
+        if controls:
+            batch.problem(None, f"{name} holds control characters {', '.join(controls)}")
+    batch.stdout, batch.stderr = texts["stdout"], texts["stderr"]
+    check_batch(exe, batch, rc)
+
+
+def check_batch(exe, batch, rc):
+    inputs = [*batch.files, batch.pristine]
+    seed_of = dict(zip(batch.files, batch.seeds))
+    seed_of[batch.pristine] = None
+
+    def input_of(label):
+        """(input, group or None) for a printed label 'FILE:GROUP' or 'FILE'."""
+        for path in inputs:
+            if label == path:
+                return path, None
+            if label.startswith(path + ":"):
+                return path, label[len(path) + 1:]
+        return None, None
+
+    results = {}   # index -> (input, group, ok, output or message)
+    total = None
+    summary = None
+    for stream, text in (("stdout", batch.stdout), ("stderr", batch.stderr)):
+        for line in text.splitlines():
+            m = SUMMARY_LINE.match(line)
+            if m and stream == "stdout":
+                summary = (int(m.group(1)), int(m.group(2)))
+                continue
+            m = PEAK_RSS_LINE.match(line)
+            if m and stream == "stdout":
+                batch.peak_rss = (int(m.group(1)), int(m.group(2)))
+                continue
+            m = RESULT_LINE.match(line)
+            if not m:
+                continue
+            i, n, label = int(m.group(1)), int(m.group(2)), m.group(3)
+            path, group = input_of(label)
+            if path is None:
+                batch.problem(None, f"{stream}: a result line for an unknown input: {line!r}")
+                continue
+            if total is None:
+                total = n
+            elif n != total:
+                batch.problem(seed_of[path], f"{stream}: [{i}/{n}] disagrees with N = {total}: {line!r}")
+            if m.group(7) is not None:
+                batch.problem(seed_of[path], f"{stream}: a case was skipped in a fresh OUTDIR: {line!r}")
+                continue
+            ok = m.group(6) is None
+            if ok != (stream == "stdout"):
+                batch.problem(seed_of[path], f"{'an ok' if ok else 'a FAILED'} line on {stream}: {line!r}")
+            if i in results:
+                batch.problem(seed_of[path], f"case [{i}/{n}] reported twice: {line!r}")
+            results[i] = (path, group, ok, m.group(5) if ok else m.group(6))
+
+    if rc is not None and rc >= 0 and total is None:
+        batch.problem(None, "no result line at all")
+        total = 0
+    total = total or 0
+    missing = [i for i in range(1, total + 1) if i not in results]
+    if missing:
+        batch.problem(None, f"no result line for case(s) {missing[:10]} of {total}")
+    n_ok = sum(1 for r in results.values() if r[2])
+    n_failed = len(results) - n_ok
+    if summary is None:
+        batch.problem(None, "no summary line 'cases: N ok, M failed'")
+    elif summary != (n_ok, n_failed):
+        batch.problem(None, f"summary says {summary[0]} ok, {summary[1]} failed; result lines say {n_ok}, {n_failed}")
+    if (rc == 0) != (n_failed == 0) and rc in (0, 1):
+        batch.problem(None, f"exit code {rc} with {n_failed} failed case(s)")
+    batch.ok, batch.failed = n_ok, n_failed
+
+    def owner_seed(name):
+        """The mutation whose input stem an output name starts with (None: the pristine file)."""
+        stem = name.split(".")[0]
+        return next((seed_of[p] for p in inputs if os.path.splitext(os.path.basename(p))[0] == stem), None)
+
+    # What OUTDIR holds.
+    present = set()
+    for root, _, names in os.walk(batch.outdir):
+        for name in names:
+            full = os.path.join(root, name)
+            if ".partial" in name:
+                batch.problem(owner_seed(name), f"a partial output was left behind: {full}")
+            elif name.startswith(".linattn-write-probe"):
+                batch.problem(None, f"the write probe was left behind: {full}")
+            else:
+                present.add(os.path.normpath(full))
+
+    ok_outputs = set()
+    for i, (path, group, ok, detail) in sorted(results.items()):
+        seed = seed_of[path]
+        stem = os.path.splitext(os.path.basename(path))[0]
+        if ok:
+            out = os.path.normpath(detail)
+            ok_outputs.add(out)
+            expected = os.path.normpath(os.path.join(batch.outdir, stem + ("." + group_output_name(group)
+                                                                           if group is not None else "") + ".h5"))
+            if out != expected:
+                batch.problem(seed, f"case [{i}] {path}:{group} wrote {out}, expected {expected}")
+            if out not in present:
+                batch.problem(seed, f"case [{i}] {path}:{group} reported ok but {out} does not exist")
+            continue
+        if seed is not None:
+            batch.failures.append((seed, detail))
+            if "died of signal" in detail:
+                batch.crashes += 1
+            elif "timed out" in detail:
+                batch.timeouts += 1
+            elif "reader process" in detail:
+                batch.lost += 1
+        name = stem + ("." + group_output_name(group) if group is not None else "") + ".h5"
+        for candidate in (name, name + ".partial"):
+            full = os.path.normpath(os.path.join(batch.outdir, candidate))
+            if os.path.exists(full):
+                batch.problem(seed, f"case [{i}] {path}:{group} FAILED ({detail}) but {full} exists")
+    for out in sorted(present - ok_outputs):
+        batch.problem(owner_seed(os.path.basename(out)), f"{out} exists but no case reported it ok")
+
+    # The pristine file, last in the batch, ran after whatever the mutants did.
+    stem = os.path.splitext(os.path.basename(batch.pristine))[0]
+    for group in PRISTINE_GROUPS:
+        out = os.path.normpath(os.path.join(batch.outdir, f"{stem}.{group}.h5"))
+        reported = [r for r in results.values() if r[0] == batch.pristine and r[1] == group]
+        if not reported or not reported[0][2]:
+            why = reported[0][3] if reported else "no result line"
+            batch.problem(None, f"the pristine {batch.pristine}:{group} did not complete: {why}")
+        elif out not in present:
+            batch.problem(None, f"the pristine case {group}'s output {out} is missing")
+        else:
+            v = subprocess.run([exe, "verify", out], capture_output=True)
+            if v.returncode != 0:
+                batch.problem(None, f"linattn verify {out} exited with {v.returncode}: "
+                                    f"{(v.stdout + v.stderr).decode(errors='replace').strip()[-400:]}")
+
+
+# ---------------------------------------------------------------- main
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("exe")
+    parser.add_argument("example")
+    parser.add_argument("workdir")
+    parser.add_argument("--mutations", type=int, default=320)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--batch", type=int, default=40)
+    parser.add_argument("--jobs", type=int, default=2, help="batches run at once (default 2)")
+    parser.add_argument("--only", default="", help="comma-separated mutation numbers to run (reproduce a finding)")
+    parser.add_argument("--data-limit", type=int, default=2048,
+                        help=f"MiB of RLIMIT_DATA for linattn and its reader (default 2048; 0: none); with a limit "
+                             f"the runs pass --memory-budget {MEMORY_BUDGET}")
+    args = parser.parse_args()
+    global DATA_LIMIT
+    DATA_LIMIT = args.data_limit << 20
+    started = time.monotonic()
+
+    exe = os.path.abspath(args.exe)
+    example = os.path.abspath(args.example)
+    workdir = os.path.abspath(args.workdir)
+    if not os.access(exe, os.X_OK):
+        sys.exit(f"{exe} is not an executable")
+    with open(example, "rb") as f:
+        pristine = f.read()
+    shutil.rmtree(workdir, ignore_errors=True)
+    mutants = os.path.join(workdir, "mutants")
+    os.makedirs(mutants)
+    # The pristine input by a name of its own inside WORKDIR (so that no
+    # other run can change it under us).
+    pristine_copy = os.path.join(workdir, os.path.basename(example))
+    shutil.copyfile(example, pristine_copy)
+
+    mutator = Mutator(pristine)
+    numbers = [int(k) for k in args.only.split(",") if k.strip()] if args.only else list(range(args.mutations))
+    seeds, files, described = [], [], {}
+    with open(os.path.join(workdir, "mutations.txt"), "w") as log:
+        for k in numbers:
+            seed = args.seed * 100000 + k
+            data, what = mutator.make(seed)
+            path = os.path.join(mutants, f"m{k:04d}.h5")
+            with open(path, "wb") as f:
+                f.write(data)
+            seeds.append(k)
+            files.append(os.path.relpath(path, workdir))
+            described[k] = what
+            log.write(f"{k}\tseed {seed}\t{os.path.basename(path)}\t{what}\n")
+    made = time.monotonic() - started
+    print(f"fuzz: {len(files)} mutations of {example} ({len(pristine)} bytes; metadata regions "
+          f"{', '.join(f'[{a}, {b})' for a, b in mutator.regions)}), seed {args.seed}, made in {made:.1f} s")
+
+    batches = []
+    for b, first in enumerate(range(0, len(files), args.batch)):
+        batches.append(Batch(b, seeds[first:first + args.batch], files[first:first + args.batch],
+                             os.path.relpath(pristine_copy, workdir), os.path.join("out", f"batch{b:02d}")))
+    # Paths in the commands and in the checks are relative to WORKDIR (the
+    # batches' cwd): shorter lines.
+    os.chdir(workdir)
+    running = []
+    pending = list(batches)
+    while pending or running:
+        while pending and len(running) < max(1, args.jobs):
+            batch = pending.pop(0)
+            start_batch(exe, batch, workdir)
+            running.append(batch)
+        batch = running.pop(0)
+        finish_batch(exe, batch)
+        print(f"batch {batch.index}: {len(batch.files)} mutants + pristine, {batch.ok} ok, {batch.failed} failed "
+              f"({batch.crashes} reader crashes, {batch.timeouts} timeouts), exit {batch.proc.returncode}, "
+              f"{batch.wall:.1f} s{'' if not batch.problems else f', {len(batch.problems)} PROBLEM(S)'}",
+              flush=True)
+        if not batch.problems:
+            shutil.rmtree(batch.outdir, ignore_errors=True)   # outputs of a good batch: not needed
+        else:
+            with open(os.path.join(workdir, f"batch{batch.index:02d}.log"), "w", encoding="utf-8") as log:
+                log.write(" ".join(batch.command(exe)) + "\n--- stdout\n" + batch.stdout + "--- stderr\n" +
+                          batch.stderr)
+
+    total_wall = time.monotonic() - started
+    ok = sum(b.ok for b in batches)
+    failed = sum(b.failed for b in batches)
+    crashes = sum(b.crashes for b in batches)
+    timeouts = sum(b.timeouts for b in batches)
+    lost = sum(b.lost for b in batches)
+    reasons = {}
+    for b in batches:
+        for _, message in b.failures:
+            key = re.sub(r"\d+", "N", message.split(": ", 1)[-1])[:90]
+            reasons[key] = reasons.get(key, 0) + 1
+    print()
+    print("most common failure messages (digits as N):")
+    for key, count in sorted(reasons.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {count:4d}  {key}")
+    print()
+    print(f"mutations: {len(files)}")
+    print(f"batches: {len(batches)} (up to {args.batch} mutants + the pristine file each, {args.jobs} at a time)")
+    print(f"cases ok: {ok}")
+    print(f"cases failed: {failed}")
+    print(f"  reader crashes (died of signal): {crashes}")
+    print(f"  reader timeouts (timed out): {timeouts}")
+    if lost:
+        print(f"  other losses of the reader process: {lost}")
+    rss = [(b.peak_rss[1], b.peak_rss[0], b.index) for b in batches if b.peak_rss]
+    if rss:
+        reader, batch_rss, where = max(rss)
+        print(f"largest peak RSS: {reader} MiB in a reader process (batch {where}), "
+              f"{max(r[1] for r in rss)} MiB in a batch process; heap limit "
+              f"{f'{args.data_limit} MiB' if args.data_limit else 'none'}")
+    print(f"total wall time: {total_wall:.1f} s")
+
+    with open(os.path.join(workdir, "failures.txt"), "w", encoding="utf-8") as log:
+        for b in batches:
+            for seed, message in b.failures:
+                log.write(f"{seed}\t{message}\n")
+
+    problems = [(b, seed, message) for b in batches for seed, message in b.problems]
+    if not problems:
+        print("fuzz: ok, every batch held every assertion")
+        return 0
+    print(f"\nfuzz: FAILED, {len(problems)} assertion(s) did not hold:")
+    for b, seed, message in problems:
+        where = f"mutation {seed} (seed {args.seed * 100000 + seed}, {described[seed]})" if seed is not None \
+            else f"batch {b.index} (mutations {b.seeds[0]}..{b.seeds[-1]})"
+        print(f"  {where}: {message}")
+    offending = sorted({seed for _, seed, _ in problems if seed is not None})
+    if offending:
+        print(f"offending mutation seeds: {', '.join(map(str, offending))} "
+              f"(reproduce with --seed {args.seed} --only {','.join(map(str, offending))})")
+    print(f"logs and inputs kept in {workdir}")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
