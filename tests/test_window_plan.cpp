@@ -169,7 +169,7 @@ TEST(MemoryBudget, SplitKeepsSlotsWithinTheBudget) {
     EXPECT_LE((s.input_slots + s.output_slots) * s.slot_bytes + s.device_extra, 700ll << 20);
     EXPECT_EQ(s.slot_bytes % 4096, 0);
   }
-  EXPECT_EQ(pipeline::split_budget(64ll << 30, false).slot_bytes, 256ll << 20);  // the window cap
+  EXPECT_EQ(pipeline::split_budget(64ll << 30, false).slot_bytes, 64ll << 20);  // the window cap
 }
 
 TEST(Printable, EscapesWhatATerminalWouldActOn) {

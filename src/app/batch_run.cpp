@@ -149,6 +149,18 @@ class Batch {
   // One case, start to finish; throws on the first problem (the writer's
   // problems reach r through finish's callback).
   void run_case(CaseResult& r, std::size_t index, std::size_t total) {
+    if (hung_files_.count(r.input))
+      throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
+    try {
+      run_case_reading(r, index, total);
+    } catch (const ReaderLost& e) {
+      // A hang costs one timeout per file, not one per case.
+      if (std::string(e.what()).rfind("timed out", 0) == 0) hung_files_.insert(r.input);
+      throw;
+    }
+  }
+
+  void run_case_reading(CaseResult& r, std::size_t index, std::size_t total) {
     const Clock::time_point started = Clock::now();
     const Clock::time_point until = deadline();
     const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
@@ -316,6 +328,7 @@ class Batch {
   std::vector<std::unique_ptr<ReaderProcess>> readers_;
   WriteStage writer_;
   std::map<int, std::unique_ptr<ComputeStage>> stages_;
+  std::set<std::string> hung_files_;
   std::set<std::string> warmed_;
   double startup_ = 0;
 };

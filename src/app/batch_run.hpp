@@ -28,7 +28,7 @@ struct RunOptions {
   bool skip_existing = false;    // keep complete outputs and run only the other cases
   bool durable = true;           // fsync each output before its rename (--no-fsync turns it off)
   std::int64_t memory_budget = 0;   // host bytes for the run's buffers; 0: a quarter of physical memory
-  std::int64_t window_cap = std::int64_t(256) << 20;  // most bytes per window slot
+  std::int64_t window_cap = std::int64_t(64) << 20;  // most bytes per window slot (page-locking costs time)
   double case_timeout = 1800;    // seconds the reader may take on one case (listing a file counts as one)
   std::string reader_exe;        // the program started as the reader process; "": this program
   int readers = 2;               // reader processes reading windows side by side

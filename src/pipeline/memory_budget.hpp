@@ -23,6 +23,6 @@ struct BudgetSplit {
 // Windows are capped at `window_cap` bytes per slot, so that even a large
 // budget keeps several windows in flight; host_backend reserves a share of
 // the budget for the kernels' buffers, which there live in host memory.
-BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap = std::int64_t(256) << 20);
+BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap = std::int64_t(64) << 20);
 
 }  // namespace linattn::pipeline

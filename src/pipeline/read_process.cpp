@@ -12,6 +12,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -184,6 +185,11 @@ int read_worker_main(int argc, char** argv) {
   const int socket = std::atoi(argv[2]), shared_fd = std::atoi(argv[3]);
   const std::int64_t shared_bytes = std::atoll(argv[4]);
   close_inherited_descriptors(socket, shared_fd);
+  // A corrupt size field can make libhdf5 ask for gigabytes (an attribute
+  // read once asked for 8 GiB): bound the reader's private memory, so that
+  // such an allocation fails in the reader instead of exhausting the machine.
+  const rlimit data{kReaderDataLimit, kReaderDataLimit};
+  ::setrlimit(RLIMIT_DATA, &data);
   void* shared = shared_bytes > 0
                      ? ::mmap(nullptr, static_cast<std::size_t>(shared_bytes), PROT_READ | PROT_WRITE, MAP_SHARED, shared_fd, 0)
                      : nullptr;

@@ -10,6 +10,10 @@ namespace linattn::pipeline {
 
 constexpr const char* kReadWorkerArgument = "__read-worker";
 
+// The reader's private memory limit (RLIMIT_DATA; the shared window slots are
+// not counted): HDF5's own buffers need a few MiB.
+constexpr unsigned long kReaderDataLimit = 2ul << 30;
+
 // True when argv asks for the reader process (checked before anything else
 // in main, so that the reader never initializes Kokkos or a GPU).
 bool is_read_worker(int argc, char** argv);

@@ -1,6 +1,7 @@
 #include "pipeline/signal_cleanup.hpp"
 
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,8 +21,16 @@ struct PathSlot {
 };
 PathSlot paths[kPaths];
 std::atomic<pid_t> children[kChildren];
+std::atomic<int> exiting{0}, creating{0};
 
 void on_signal(int sig) {
+  exiting.store(1);
+  // Files being created now: wait (at most about a second, in case this very
+  // thread was the one creating) until they exist, so that they are removed below.
+  for (int i = 0; i < 1000 && creating.load() > 0; ++i) {
+    const timespec ms{0, 1000000};
+    ::nanosleep(&ms, nullptr);
+  }
   for (auto& c : children) {
     const pid_t pid = c.load(std::memory_order_acquire);
     if (pid > 0) ::kill(pid, SIGKILL);
@@ -49,6 +58,15 @@ void install_signal_cleanup() {
     ::signal(SIGPIPE, SIG_IGN);
   });
 }
+
+bool creation_begins() {
+  creating.fetch_add(1);
+  if (exiting.load() == 0) return true;
+  creating.fetch_sub(1);
+  return false;
+}
+
+void creation_ends() { creating.fetch_sub(1); }
 
 int register_partial(const std::string& path) {
   if (path.size() >= kPathBytes) return -1;

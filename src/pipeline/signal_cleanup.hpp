@@ -20,6 +20,14 @@ void install_signal_cleanup();
 int register_partial(const std::string& path);
 void unregister_partial(int token);
 
+// Brackets the creation of a registered file: a signal that arrives between
+// the two waits (a bounded while) for the file to exist before removing it,
+// and creation_begins() returns false once a signal is being handled (the
+// caller then creates nothing). Without this, a file created just after the
+// handler looked would survive it.
+bool creation_begins();
+void creation_ends();
+
 void register_child(pid_t pid);
 void unregister_child(pid_t pid);
 

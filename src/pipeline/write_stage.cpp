@@ -60,6 +60,10 @@ std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Probl
   c->layout = layout;
   c->durable = durable;
   jobs_.push([this, c] {
+    if (!creation_begins()) {  // interrupted: the process is exiting
+      fail(*c, "interrupted");
+      return;
+    }
     try {
       c->cleanup_token = register_partial(c->path + ".partial");
       c->stream = std::make_unique<OutputStream>(c->path, c->problem, c->layout);
@@ -67,6 +71,7 @@ std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Probl
     } catch (const std::exception& e) {
       fail(*c, e.what());
     }
+    creation_ends();
   });
   return c;
 }
