@@ -43,7 +43,7 @@ for step in $steps; do
       python3 bench/e2e_compare.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
         --dtype fp16 --cases 4 --json "$LOGS/e2e.json" 2>&1 | tee "$LOGS/e2e.txt"
       python3 bench/e2e_compare.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
-        --dtype fp16 --cases 4 --sync --outdir "${E2E_DISK:-/tmp/linattn-e2e-disk}" --json "$LOGS/e2e-sync.json" 2>&1 |
+        --dtype fp16 --cases 4 --sync --warmup "${E2E_SYNC_WARMUP:-1}" --outdir "${E2E_DISK:-/tmp/linattn-e2e-disk}" --json "$LOGS/e2e-sync.json" 2>&1 |
         tee "$LOGS/e2e-sync.txt" ;;
     budget)  # a case 4x larger than --memory-budget: same bits as an unbudgeted run, peak RSS within the budget
       d=${BUDGET_DIR:-/dev/shm/linattn-budget}; rm -rf "$d"; mkdir -p "$d"
