@@ -2,6 +2,7 @@
 
 #include "pipeline/progress_reporter.hpp"
 #include "app/report.hpp"
+#include "app/text_table.hpp"
 #include "core/ledger.hpp"
 #include "core/printable.hpp"
 #include "io/file_error.hpp"
@@ -59,6 +60,11 @@ bool same_file(const std::string& a, const std::string& b) {
   return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
 }
 
+// A problem of a whole case, named as the file and its group.
+FileError case_error(const CaseResult& r, const std::string& what) {
+  return FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + what);
+}
+
 RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem& p, const CaseStorage& s,
                       GemmPath gemm, const WindowTimes& t) {
   RunRecord rec;
@@ -108,7 +114,6 @@ class Batch {
     buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
   }
 
-  double startup_seconds() const { return startup_; }
   void drain() { writer_.drain(); }
   // Stops the readers; returns their largest peak RSS.
   std::int64_t stop_readers() {
@@ -123,7 +128,7 @@ class Batch {
   // Where the run's time went, one line: each stage's busy time beside the wall time.
   std::string stage_report(double wall) const {
     const WriteTimes w = writer_.times();
-    auto s = [](double x) { return std::to_string(x).substr(0, std::to_string(x).find('.') + 3) + " s"; };
+    auto s = [](double x) { return fixed(x, 2) + " s"; };
     return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
            s(reader_busy()) + " (" + std::to_string(readers_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
            ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
@@ -176,7 +181,7 @@ class Batch {
                               schema.has_initial_state ? &s0_shape : nullptr, schema.cu_seqlens);
       check_forward(p, opt_.forward, schema.q.dtype);
     } catch (const std::invalid_argument& e) {
-      throw FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + e.what());
+      throw case_error(r, e.what());
     }
     r.problem = p;
     r.dtype = schema.q.dtype;
@@ -196,12 +201,12 @@ class Batch {
     const std::int64_t granule = std::lcm(out_layout.o_tokens / p.chunk, out_layout.h_chunks);
     WindowLimits limits;
     limits.input = limits.output = split_.slot_bytes - 4096;  // the layout's alignment padding
-    limits.device_extra = device_extra_limit(p, s);
+    limits.device_extra = device_extra_limit();
     std::vector<Window> windows;
     try {
       windows = plan_windows(p, s, limits, granule);
     } catch (const BudgetError& e) {
-      throw FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + e.what());
+      throw case_error(r, e.what());
     }
     r.windows = static_cast<std::int64_t>(windows.size());
     const DType snap = s.snapshot;
@@ -260,12 +265,8 @@ class Batch {
           output_slots_.release(out_slot);
           throw;
         }
-        times.upload += t.upload;
-        times.kernel += t.kernel;
-        times.download += t.download;
-        totals_.upload += t.upload;
-        totals_.kernel += t.kernel;
-        totals_.download += t.download;
+        times += t;
+        totals_ += t;
         send_reads(i + 1);
         writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
       }
@@ -298,7 +299,7 @@ class Batch {
   // Device bytes a window may take beside its q, k, v, o and h: on host
   // backends a share of the budget; on a GPU, what free device memory leaves
   // after those (about half of it: the window's own copies of the slots).
-  std::int64_t device_extra_limit(const Problem&, const CaseStorage&) const {
+  std::int64_t device_extra_limit() const {
     if (host_execution) return split_.device_extra;
     std::size_t free_bytes = 0, total = 0;
     device_memory(free_bytes, total);

@@ -3,6 +3,7 @@
 #include "io/file_error.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/output_stream.hpp"
 
 namespace linattn {
 namespace {
@@ -44,28 +45,26 @@ void write_run_record(hid_t f, const std::string& path, const RunRecord& r) {
 }
 
 void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options) {
-  hdf5::NewFile file(path);
-  const hid_t f = file.id();
-  const bool packed = !out.cu_seqlens.empty();
-  hdf5::write_tensor(f, path, "o", out.o, options);
-  hdf5::write_attribute(f, path, "o", "layout", "BTHD");
-  if (!out.h.empty()) {
-    hdf5::write_tensor(f, path, "h", out.h, options);
-    hdf5::write_attribute(f, path, "h", "layout", packed ? "1,total_chunks,H,DK,DV" : "B,NT,H,DK,DV");
-    hdf5::write_attribute(f, path, "h", "description", "h[:, c] is the state before chunk c; h[:, 0] is the initial state");
-  }
-  hdf5::write_tensor(f, path, "final_state", out.final_state, options);
-  hdf5::write_attribute(f, path, "final_state", "layout", packed ? "N,H,DK,DV" : "B,H,DK,DV");
-  if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
-  if (!out.z_state.empty()) {
-    hdf5::write_tensor(f, path, "z_state", out.z_state, options);
-    hdf5::write_attribute(f, path, "z_state", "layout", packed ? "N,H,DK" : "B,H,DK");
-    hdf5::write_attribute(f, path, "z_state", "description",
-                          "the running key sum z after each sequence's last token (normalization); the z_state input of a run that resumes it");
-  }
-
-  write_run_record(f, path, out.record);
-  file.commit();
+  // The streamed writer with one window: one place creates the datasets and their attributes.
+  Problem p;
+  p.B = out.o.shape.at(0);
+  p.T = out.o.shape.at(1);
+  p.H = out.o.shape.at(2);
+  p.DV = out.o.shape.at(3);
+  p.DK = out.final_state.shape.at(2);
+  p.chunk = out.record.chunk_size > 0 ? out.record.chunk_size : 64;
+  p.cu_seqlens = out.cu_seqlens;
+  if (!out.h.empty() && out.h.shape != p.h_shape())
+    throw FileError(path, "h has shape " + shape_string(out.h.shape) + ", the other outputs need " +
+                              shape_string(p.h_shape()));
+  OutputStream stream(path, p,
+                      output_layout(p, out.o.dtype, out.h.empty() ? DType::f32 : out.h.dtype, out.final_state.dtype,
+                                    !out.h.empty(), !out.z_state.empty(), options.compress));
+  stream.write_o(0, p.T, out.o.bytes.data());
+  if (!out.h.empty()) stream.write_h(0, p.total_chunks(), out.h.bytes.data());
+  stream.write_final(0, p.num_sequences(), out.final_state.bytes.data(),
+                     out.z_state.empty() ? nullptr : out.z_state.bytes.data());
+  stream.finish(out.record, false);
 }
 
 OutputData read_output_file(const std::string& path) {

@@ -83,9 +83,13 @@ inline SequenceMap make_sequence_map(const Problem& p) {
     Kokkos::View<std::int64_t*, MemSpace> starts(Kokkos::view_alloc(std::string("linattn::chunk_starts"), Kokkos::WithoutInitializing), N + 1);
     auto cu_host = Kokkos::create_mirror_view(cu);
     auto starts_host = Kokkos::create_mirror_view(starts);
+    // first_chunk(n) as a running sum (first_chunk itself is O(n): calling it per
+    // sequence made this O(N^2), and the pipeline builds a map per window).
+    std::int64_t chunks = 0;
     for (std::int64_t n = 0; n <= N; ++n) {
       cu_host(n) = p.cu_seqlens[n];
-      starts_host(n) = p.first_chunk(n);
+      starts_host(n) = chunks;
+      if (n < N) chunks += p.sequence_chunks(n);
     }
     Kokkos::deep_copy(cu, cu_host);
     Kokkos::deep_copy(starts, starts_host);

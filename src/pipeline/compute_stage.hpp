@@ -21,6 +21,12 @@ namespace linattn::pipeline {
 
 struct WindowTimes {
   double upload = 0, kernel = 0, download = 0;
+  WindowTimes& operator+=(const WindowTimes& t) {
+    upload += t.upload;
+    kernel += t.kernel;
+    download += t.download;
+    return *this;
+  }
 };
 
 struct WindowJob {
@@ -43,7 +49,6 @@ class ComputeStage {
   virtual double warm_up(const Problem& whole, const CaseStorage& storage) = 0;
   // The tile-product path the last window ran on.
   virtual GemmPath gemm() const = 0;
-  virtual std::int64_t block_dv() const = 0;
 };
 
 // A stage for one (input, output, snapshot) type combination.

@@ -25,7 +25,6 @@ class TypedComputeStage final : public ComputeStage {
   }
 
   GemmPath gemm() const override { return gemm_; }
-  std::int64_t block_dv() const override { return block_dv_; }
 
   double warm_up(const Problem& whole, const CaseStorage& storage) override {
     Kokkos::Timer timer;
@@ -57,14 +56,14 @@ class TypedComputeStage final : public ComputeStage {
     const Window& w = *job.window;
     const WindowLayout& l = job.layout;
     const Problem p = window_problem(whole, w);
-    const bool first = !w.continues && (whole.varlen() || w.t0 == 0);
+    const bool first = w.t0 == 0;  // the case's first window: its carry buffers are set up
     WindowTimes times;
     Kokkos::Timer timer;
 
     // Device memory of this window, carved from one arena that grows as needed.
     const std::int64_t R = l.rows, N = l.states, H = p.H, DK = p.DK, DV = p.DV, Tw = p.T;
     const std::int64_t state = H * DK * DV, zrow = H * DK;
-    const bool carried = whole.varlen() ? w.continues : w.t0 > 0;
+    const bool carried = w.continues;  // the state before the window comes from the one before
     const bool with_s0 = s.has_initial_state || carried;
     const bool with_z0 = s.normalize && (s.has_initial_z || carried);
     arena_.reset();
@@ -157,11 +156,10 @@ class TypedComputeStage final : public ComputeStage {
     Kokkos::fence();
     times.kernel = timer.seconds();
     gemm_ = ran.gemm;
-    block_dv_ = ran.plan.block_dv;
 
     // Carry the state (and z) of the sequences that go on, then download.
     timer.reset();
-    if (w.carries || (!whole.varlen() && w.t1 < whole.T)) {
+    if (w.carries) {
       const std::int64_t row = whole.varlen() ? N - 1 : 0, rows = whole.varlen() ? 1 : N;
       device_copy(carry_state_, fs + row * state, rows * state);
       if (zs) device_copy(carry_z_, zs + row * zrow, rows * zrow);
@@ -241,7 +239,6 @@ class TypedComputeStage final : public ComputeStage {
   Acc* carry_state_ = nullptr;
   Acc* carry_z_ = nullptr;
   GemmPath gemm_ = GemmPath::kokkos_kernels;
-  std::int64_t block_dv_ = 0;
 };
 
 }  // namespace linattn::pipeline

@@ -42,7 +42,7 @@ void ProgressReporter::advance(std::int64_t tokens, std::int64_t bytes) {
   if (!active_) return;
   done_tokens_ += tokens;
   done_bytes_ += bytes;
-  draw(false);
+  draw();
 }
 
 void ProgressReporter::end_case() {
@@ -62,10 +62,10 @@ void ProgressReporter::clear_bar() {
   drawn_ = false;
 }
 
-void ProgressReporter::draw(bool force) {
+void ProgressReporter::draw() {
   const Clock::time_point now = Clock::now();
   const double since = std::chrono::duration<double>(now - last_draw_).count();
-  if (!force && since < (terminal_ ? 0.1 : interval_)) return;
+  if (since < (terminal_ ? 0.1 : interval_)) return;
   last_draw_ = now;
   const double elapsed = std::chrono::duration<double>(now - start_).count();
   const double fraction = total_tokens_ > 0 ? static_cast<double>(done_tokens_) / static_cast<double>(total_tokens_) : 0;

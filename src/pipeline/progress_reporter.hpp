@@ -29,7 +29,7 @@ class ProgressReporter {
   static std::string status(double fraction, double tokens_per_second, double bytes_per_second, double eta_seconds);
 
  private:
-  void draw(bool force);
+  void draw();
   void clear_bar();
   using Clock = std::chrono::steady_clock;
   std::ostream& lines_;

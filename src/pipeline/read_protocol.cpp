@@ -112,28 +112,26 @@ MessageKind receive_message(int fd, std::string& payload, Clock::time_point dead
   return static_cast<MessageKind>(k);
 }
 
+namespace {
+
+// The fields of a WindowRead in wire order: encode and decode walk the same list.
+constexpr std::int64_t WindowRead::*kWindowReadFields[] = {
+    &WindowRead::t0,       &WindowRead::t1,       &WindowRead::state_row0,   &WindowRead::state_rows,
+    &WindowRead::z_row0,   &WindowRead::z_rows,   &WindowRead::q_offset,     &WindowRead::k_offset,
+    &WindowRead::v_offset, &WindowRead::state_offset, &WindowRead::z_offset, &WindowRead::accumulation_dtype};
+
+}  // namespace
+
 std::string encode(const WindowRead& r) {
   MessageWriter w;
-  w.i64(r.t0).i64(r.t1).i64(r.state_row0).i64(r.state_rows).i64(r.z_row0).i64(r.z_rows);
-  w.i64(r.q_offset).i64(r.k_offset).i64(r.v_offset).i64(r.state_offset).i64(r.z_offset).i64(r.accumulation_dtype);
+  for (auto field : kWindowReadFields) w.i64(r.*field);
   return w.bytes();
 }
 
 WindowRead decode_window_read(const std::string& payload) {
   MessageReader m(payload);
   WindowRead r;
-  r.t0 = m.i64();
-  r.t1 = m.i64();
-  r.state_row0 = m.i64();
-  r.state_rows = m.i64();
-  r.z_row0 = m.i64();
-  r.z_rows = m.i64();
-  r.q_offset = m.i64();
-  r.k_offset = m.i64();
-  r.v_offset = m.i64();
-  r.state_offset = m.i64();
-  r.z_offset = m.i64();
-  r.accumulation_dtype = m.i64();
+  for (auto field : kWindowReadFields) r.*field = m.i64();
   return r;
 }
 

@@ -39,7 +39,6 @@ class ReaderProcess {
   // Pipelined window reads: send any number, then collect their replies in order.
   void send_read(const WindowRead& read);
   void wait_read(Clock::time_point deadline);  // the oldest outstanding one
-  std::size_t outstanding() const { return outstanding_; }
   // Collects every outstanding reply, ignoring reported errors (after a case failed).
   void drain(Clock::time_point deadline);
 
