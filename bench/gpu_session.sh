@@ -25,7 +25,7 @@ for step in $steps; do
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;
-    registers)  # the portable register-blocked kernels, and their state pass alone (ncu) beside DESIGN.md's lead
+    registers)  # the portable register-blocked kernels, and their state pass alone (ncu) beside the naive KokkosBatched state pass (~69 ms, BENCHMARKS.md)
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --shape 1,32768,32,128 --variants fused,materialized \
         --gemm registers --reps 5 --warmup 1 --json "$LOGS/bench-registers.json" 2>&1 | tee "$LOGS/bench-registers.txt"
       ncu --clock-control none --kernel-name-base demangled -k regex:RegisterStatePass -c 1 \
@@ -51,6 +51,9 @@ for step in $steps; do
       {
         echo "== empty batch (the fixed footprint: libraries, CUDA context)"
         "$GPU_DIR/linattn" run "$d/missing.h5" -o "$d/none" --memory-budget 1M 2>&1 | tail -1
+        echo "== a small case under a small budget (the footprint once the kernels' modules are loaded)"
+        "$GPU_DIR/linattn" generate -o "$d/small.h5" --shape 1,256,16,128,128 --dtype fp16 --seed 3 --cases 1 > /dev/null
+        "$GPU_DIR/linattn" run "$d/small.h5" -o "$d/small" --no-fsync --memory-budget 8M 2>&1 | tail -1
         echo "== unbudgeted (default budget)"
         "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/whole" --no-fsync 2>&1 | grep -E "case0|peak RSS"
         echo "== --memory-budget 200M (the case's inputs are 805 MB)"

@@ -37,7 +37,8 @@ ForwardConfig tensor_core_config(std::int64_t block_dv, int segments, bool fp32_
   return cfg;
 }
 
-// o, every snapshot and the final state within the levels of DESIGN.md's numerics policy.
+// o, every snapshot and the final state within the levels of core/accuracy_levels.hpp
+// (docs/NUMERICS.md).
 template <class Reference>
 void expect_matches_reference(const ForwardOutput& out, const Reference& ref, DType dtype) {
   EXPECT_LE(relative_l2(out.o.to_double(), ref.o), stored_level(dtype, out.o.dtype) + tensor_core_split_level(dtype))

@@ -433,7 +433,10 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
     reporter.line(failure_line(i + 1, results.size(), r), true);
   }
   batch->drain();  // every case written and committed
-  if (stats) stats->reader_peak_rss = batch->stop_readers();
+  if (stats) {
+    stats->reader_peak_rss = batch->stop_readers();
+    stats->resident = resident_memory();
+  }
   reporter.line(batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()), true);
   batch.reset();
   return results;

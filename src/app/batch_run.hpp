@@ -60,6 +60,7 @@ std::string output_path(const std::string& outdir, const std::string& input, con
 // case or a bad output directory: each such case is a failed CaseResult.
 struct BatchStats {
   std::int64_t reader_peak_rss = 0;  // bytes, the largest of the reader processes
+  std::string resident;              // the batch process's resident memory by kind, while its buffers still exist
 };
 std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
                                   BatchStats* stats = nullptr);

@@ -125,7 +125,8 @@ Command add_run_command(CLI::App& parent) {
             std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << (stats.reader_peak_rss >> 20)
                       << " MiB (largest reader process; its input slots are shared with the batch process); memory budget "
                       << (opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget()) / (1 << 20)
-                      << " MiB" << std::endl;
+                      << " MiB" << (stats.resident.empty() ? "" : "; resident at the end of the batch: " + stats.resident)
+                      << std::endl;
             for (const CaseResult& r : results)
               if (!r.ok) return 1;
             return 0;

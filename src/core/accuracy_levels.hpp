@@ -1,5 +1,5 @@
-// The accuracy each output must reach against the fp64 reference (DESIGN.md
-// section 6), shared by the tests and `linattn verify`. The kernels read
+// The accuracy each output must reach against the fp64 reference
+// (docs/NUMERICS.md), shared by the tests and `linattn verify`. The kernels read
 // exactly the values the reference reads, so the only error sources are
 // accumulation in the accumulation type and one final rounding of each stored
 // element, which is bounded by the stored type's unit roundoff in relative L2

@@ -1,4 +1,4 @@
-// The input schema (DESIGN.md section 5): datasets q, k [B, T, H, DK] and
+// The input schema (docs/HDF5.md): datasets q, k [B, T, H, DK] and
 // v [B, T, H, DV], optionally initial_state [N, H, DK, DV], z_state [N, H, DK]
 // (the initial key sum of a normalized run) and cu_seqlens (int64 [N + 1],
 // packed variable-length sequences, B = 1; without it N = B), at the root or

@@ -1,4 +1,4 @@
-// The output schema (DESIGN.md section 5): o [B, T, H, DV] (layout="BTHD"),
+// The output schema (docs/HDF5.md): o [B, T, H, DV] (layout="BTHD"),
 // h [B, NT, H, DK, DV] (the state before each chunk; absent when snapshots
 // were not asked for; [1, total_chunks, H, DK, DV] for packed sequences),
 // final_state [N, H, DK, DV] and, for normalized runs, z_state [N, H, DK]

@@ -10,13 +10,14 @@ namespace {
 
 constexpr std::int64_t kChunkBytes = std::int64_t(1) << 20;
 
-// Chunk dimensions: the leading (row) axis 1, the window axis `extent`, the
-// rest whole; none (contiguous) for a dataset under 1 MiB that is not compressed.
-std::vector<hsize_t> chunks_of(const std::vector<std::int64_t>& shape, std::size_t element, int window_axis,
-                               std::int64_t extent, bool compress) {
-  std::int64_t bytes = static_cast<std::int64_t>(element);
-  for (std::int64_t d : shape) bytes *= d;
-  if (!compress && bytes <= kChunkBytes) return {};
+// Chunk dimensions of a compressed dataset: the leading (row) axis 1, the
+// window axis `extent`, the rest whole. Uncompressed datasets are contiguous
+// (none): a window's block is then one run of bytes per row, which HDF5
+// writes straight from the slot, where chunks would pass through its chunk
+// cache first (the writer took about 1.4x as long; BENCHMARKS.md, "End to end").
+std::vector<hsize_t> chunks_of(const std::vector<std::int64_t>& shape, int window_axis, std::int64_t extent,
+                               bool compress) {
+  if (!compress) return {};
   std::vector<hsize_t> chunk(shape.begin(), shape.end());
   for (int a = 0; a < window_axis; ++a) chunk[a] = 1;
   chunk[window_axis] = static_cast<hsize_t>(std::clamp<std::int64_t>(extent, 1, shape[window_axis]));
@@ -49,25 +50,25 @@ OutputStream::OutputStream(const std::string& path, const Problem& p, const Outp
   h_type_ = hdf5::datatype_of(layout.h);
   state_type_ = hdf5::datatype_of(layout.state);
   o_ = hdf5::create_dataset(f, path, "o", layout.o, p.o_shape(),
-                            chunks_of(p.o_shape(), dtype_size(layout.o), 1, layout.o_tokens, layout.compress),
+                            chunks_of(p.o_shape(), 1, layout.o_tokens, layout.compress),
                             layout.compress);
   hdf5::write_attribute(f, path, "o", "layout", "BTHD");
   if (layout.snapshots) {
     h_ = hdf5::create_dataset(f, path, "h", layout.h, p.h_shape(),
-                              chunks_of(p.h_shape(), dtype_size(layout.h), 1, layout.h_chunks, layout.compress),
+                              chunks_of(p.h_shape(), 1, layout.h_chunks, layout.compress),
                               layout.compress);
     hdf5::write_attribute(f, path, "h", "layout", packed ? "1,total_chunks,H,DK,DV" : "B,NT,H,DK,DV");
     hdf5::write_attribute(f, path, "h", "description", "h[:, c] is the state before chunk c; h[:, 0] is the initial state");
   }
   final_state_ = hdf5::create_dataset(
       f, path, "final_state", layout.state, p.state_shape(),
-      chunks_of(p.state_shape(), dtype_size(layout.state), 0, layout.state_rows, layout.compress), layout.compress);
+      chunks_of(p.state_shape(), 0, layout.state_rows, layout.compress), layout.compress);
   hdf5::write_attribute(f, path, "final_state", "layout", packed ? "N,H,DK,DV" : "B,H,DK,DV");
   if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
   if (layout.normalize) {
     z_state_ = hdf5::create_dataset(
         f, path, "z_state", layout.state, p.z_shape(),
-        chunks_of(p.z_shape(), dtype_size(layout.state), 0, layout.state_rows * p.DV, layout.compress),
+        chunks_of(p.z_shape(), 0, layout.state_rows * p.DV, layout.compress),
         layout.compress);
     hdf5::write_attribute(f, path, "z_state", "layout", packed ? "N,H,DK" : "B,H,DK");
     hdf5::write_attribute(f, path, "z_state", "description",

@@ -1,7 +1,7 @@
 // An output file written window by window: the datasets of the output schema
-// (output_file.hpp) are created up front, with chunks that whole windows
-// cover, and each window's o, h and final rows are written as blocks into
-// them. finish() adds the run's attributes and commits the file (.partial ->
+// (output_file.hpp) are created up front (contiguous; with --compress,
+// chunked with chunks that whole windows cover), and each window's o, h and
+// final rows are written as blocks into them. finish() adds the run's attributes and commits the file (.partial ->
 // final name, with fsync unless asked not to); an OutputStream destroyed
 // before finish() removes its .partial file.
 #pragma once

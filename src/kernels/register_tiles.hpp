@@ -4,8 +4,9 @@
 // register tiles that each thread of the team owns.
 //   - q, k, v are staged in their input type (bf16: half the bytes of fp32),
 //     so that a chunk, the published state and the scores fit the ~40 KB of
-//     level-0 scratch a CUDA team gets (DESIGN.md 7); fp32 tiles would need
-//     150+ KB and fall back to level-1 scratch in device memory;
+//     level-0 scratch a CUDA team gets (docs/ARCHITECTURE.md, "Scratch
+//     plans"); fp32 tiles would need 150+ KB and fall back to level-1 scratch
+//     in device memory;
 //   - every operand moves as a quad (four consecutive elements, one aligned
 //     8- or 16-byte load), K is staged transposed so that the keys of a tile
 //     are consecutive, and rows are padded to an odd number of quads so that

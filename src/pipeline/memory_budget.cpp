@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <fstream>
 #include <stdexcept>
 
 namespace linattn::pipeline {
@@ -47,6 +48,17 @@ BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t wi
   s.slot_bytes -= s.slot_bytes % 4096;
   s.device_extra = host_backend ? s.slot_bytes : 0;  // device memory: set by the caller from free device memory
   return s;
+}
+
+std::string resident_memory() {
+  std::ifstream status("/proc/self/status");
+  std::string line, out;
+  const std::pair<const char*, const char*> kinds[] = {{"RssAnon:", "anon"}, {"RssFile:", "files"}, {"RssShmem:", "shared"}};
+  while (std::getline(status, line))
+    for (const auto& [key, name] : kinds)
+      if (line.rfind(key, 0) == 0)
+        out += std::string(out.empty() ? "" : ", ") + name + " " + std::to_string(std::atoll(line.c_str() + std::char_traits<char>::length(key)) / 1024) + " MiB";
+  return out;
 }
 
 }  // namespace linattn::pipeline

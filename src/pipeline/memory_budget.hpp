@@ -25,4 +25,11 @@ struct BudgetSplit {
 // the budget for the kernels' buffers, which there live in host memory.
 BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap = std::int64_t(64) << 20);
 
+// This process's resident memory now, by kind (/proc/self/status): private
+// ("anon": heap, output slots, the CUDA runtime's host side), files (the
+// binary and its libraries) and shared (the input slots, shared with the
+// readers), e.g. "anon 210 MiB, files 60 MiB, shared 100 MiB"; "" where
+// /proc does not say.
+std::string resident_memory();
+
 }  // namespace linattn::pipeline

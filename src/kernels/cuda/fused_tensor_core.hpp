@@ -3,7 +3,8 @@
 //
 // Why a CUDA kernel and not a Kokkos TeamPolicy: double-buffered bf16 tiles of
 // Q, K, V plus the bf16 copy of the state need 80-120 KB of shared memory per
-// block, and Kokkos' CUDA team scratch stops at 40936 bytes (DESIGN.md 7). This
+// block, and Kokkos' CUDA team scratch stops at 40936 bytes on the H200 with
+// Kokkos 4.6 (docs/ARCHITECTURE.md, "Scratch plans"). This
 // kernel runs on Kokkos' own stream over Kokkos View memory, behind the same
 // variant interface; the TeamPolicy kernel stays the portable implementation.
 //
