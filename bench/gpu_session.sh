@@ -17,7 +17,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --f
 for step in $steps; do
   case $step in
     tests)  # the whole GoogleTest suite on the GPU backend
-      LINATTN_EXE="$PWD/$GPU_DIR/linattn" "$GPU_DIR/linattn_tests" 2>&1 | tee "$LOGS/gpu-tests.log" |
+      { echo "commit $(cat "$GPU_DIR/COMMIT" 2>/dev/null || echo unknown) (the binaries' source; $GPU_DIR/COMMIT)"
+        LINATTN_EXE="$PWD/$GPU_DIR/linattn" "$GPU_DIR/linattn_tests" 2>&1; } | tee "$LOGS/gpu-tests.log" |
         grep -E '^\[  (PASSED|FAILED|SKIPPED) |^\[==========\]|Failure' ;;
     compare)  # the five benchmark shapes beside fla, same run
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused,materialized \
