@@ -1,8 +1,9 @@
 // The benchmark engine times every variant it is asked for, on data it makes on
 // the device, and checks o against the fp64 reference (so a fast but wrong
 // kernel cannot hide behind a good time).
+#include "benchmark/benchmark.hpp"
 #include "core/accuracy_levels.hpp"
-#include "kernels/benchmark.hpp"
+#include "core/ledger.hpp"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 #include "app/command.hpp"
 #include "app/integer_list.hpp"
 #include "app/text_table.hpp"
-#include "kernels/benchmark.hpp"
+#include "benchmark/benchmark.hpp"
 #include "kernels/execution.hpp"
 
 #include <nlohmann/json.hpp>

@@ -9,7 +9,6 @@
 #include "io/output_file.hpp"
 #include "reference/references.hpp"
 
-#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -20,8 +19,8 @@ namespace {
 std::pair<std::int64_t, std::int64_t> packed_chunk(const Problem& p, std::int64_t c) {
   std::int64_t n = 0;
   while (p.first_chunk(n + 1) <= c) ++n;
-  const std::int64_t t0 = p.sequence_start(n) + (c - p.first_chunk(n)) * p.chunk;
-  return {t0, std::min(p.chunk, p.sequence_start(n) + p.sequence_length(n) - t0)};
+  const std::int64_t local = c - p.first_chunk(n);  // the chunk's index within its sequence
+  return {p.sequence_start(n) + local * p.chunk, chunk_length(local, p.sequence_length(n), p.chunk)};
 }
 
 // Tokens in chunk c (per batch row).

@@ -7,17 +7,11 @@
 
 #include "core/dtype.hpp"
 #include "core/problem.hpp"
+#include "core/variant.hpp"
 
 #include <cstdint>
-#include <string>
 
 namespace linattn {
-
-// recurrent is not a chunked form: token by token, S += k v^T then o = scale S^T q
-// (seed 001 section 3.2), for decode-style workloads and short sequences.
-enum class Variant { fused, materialized, recompute, recurrent };
-const char* variant_name(Variant v);
-Variant parse_variant(const std::string& s);
 
 struct FlopCounts {
   double state_sequential = 0;  // sum_c K_c^T V_c once per chunk: 2 T DK DV          (seed 6.4.2 "sequence out of grid")

@@ -11,6 +11,8 @@
 // sequence helpers below serve both.
 #pragma once
 
+#include "core/chunk_length.hpp"
+
 #include <cstdint>
 #include <vector>
 
@@ -34,10 +36,7 @@ struct Problem {
   std::int64_t total_chunks() const;
 
   std::int64_t num_chunks() const { return (T + chunk - 1) / chunk; }  // NT, last chunk may be ragged
-  std::int64_t chunk_length(std::int64_t c) const {                     // tokens in chunk c
-    const std::int64_t rest = T - c * chunk;
-    return rest < chunk ? rest : chunk;
-  }
+  std::int64_t chunk_length(std::int64_t c) const { return linattn::chunk_length(c, T, chunk); }  // tokens in chunk c of a plain batch row
 
   std::vector<std::int64_t> qk_shape() const { return {B, T, H, DK}; }
   std::vector<std::int64_t> v_shape() const { return {B, T, H, DV}; }

@@ -23,6 +23,8 @@ template <class T>
 using Tile = Kokkos::View<T**, Kokkos::LayoutRight, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
+using DeviceView3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
+template <class T>
 using DeviceView4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using DeviceView5 = Kokkos::View<T*****, Kokkos::LayoutRight, MemSpace>;

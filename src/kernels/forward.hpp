@@ -4,9 +4,10 @@
 // instantiation.
 #pragma once
 
-#include "core/ledger.hpp"
+#include "core/dtype.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/variant.hpp"
 
 #include <cstdint>
 #include <string>

@@ -39,7 +39,7 @@ struct FusedForward {
     load_state(m, S, views.initial_state, n, h, d0);
     m.team_barrier();
     for (int c = 0; c < seq.num_chunks; ++c) {
-      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
+      const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
       load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);

@@ -62,7 +62,7 @@ struct FusedRegisterForward {
     }
 
     for (int c = 0; c < seq.num_chunks; ++c) {
-      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
+      const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
       m.team_barrier();  // the previous chunk is done with R1, R2, R3
       tl.stage_q(views.q, b, t0, L, h, quad_qk);
       tl.stage_kt(views.k, b, t0, L, h, quad_qk);

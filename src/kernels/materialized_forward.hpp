@@ -38,7 +38,7 @@ struct MaterializedStatePass {
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
     load_state(m, S, views.initial_state, n, h, d0);
     for (int c = 0; c < seq.num_chunks; ++c) {
-      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
+      const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
       m.team_barrier();
       store_snapshot(m, snapshots, S, seq.h_b, seq.h_c0 + c, h, d0);
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
@@ -76,7 +76,7 @@ struct MaterializedOutputPass {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     load_snapshot(m, S, snapshots, seq.h_b, seq.h_c0 + c, h, d0);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);

@@ -76,7 +76,7 @@ struct MaterializedRegisterStatePass {
         }
     }
     for (int c = 0; c < seq.num_chunks; ++c) {
-      const int t0 = seq.t0 + c * C, rest = seq.length - c * C, L = rest < C ? rest : C;
+      const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
       m.team_barrier();  // the previous chunk is done with K and V
       tl.stage_k_rows(views.k, b, t0, L, h, quad_qk);
       tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
@@ -119,7 +119,7 @@ struct MaterializedRegisterOutputPass {
     const Sequence seq = seqs.sequence(n);
     const int b = seq.b;
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
-    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     const Tiles tl(m, level, lay, DK, C, W);
     tl.stage_q(views.q, b, t0, L, h, quad_qk);
     tl.stage_kt(views.k, b, t0, L, h, quad_qk);

@@ -20,9 +20,6 @@
 
 namespace linattn {
 
-template <class T>
-using DeviceView3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
-
 // (1) sums(g, h, d) = sum of k over the tokens of global chunk g.
 template <class In, class Acc>
 struct ChunkKeySums {
@@ -36,7 +33,7 @@ struct ChunkKeySums {
     int n = 0, c = 0;
     seqs.locate_chunk(g, n, c);
     const Sequence seq = seqs.sequence(n);
-    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) {
       Acc sum = 0;
       for (int s = 0; s < L; ++s) sum += to_acc<Acc>(k(seq.b, t0 + s, h, d));
@@ -99,7 +96,7 @@ struct NormalizeOutput {
     int n = 0, c = 0;
     seqs.locate_chunk(g, n, c);
     const Sequence seq = seqs.sequence(n);
-    const int b = seq.b, t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    const int b = seq.b, t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     Tile<Acc> P(m.team_scratch(level), C, DK + 1);
     Vector denominator(m.team_scratch(level), C);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int d) {

@@ -50,7 +50,7 @@ struct RecomputeForward {
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
     }
     m.team_barrier();
-    const int t0 = seq.t0 + c * C, left = seq.length - c * C, L = left < C ? left : C;
+    const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);

@@ -6,6 +6,7 @@
 // the execution space's memory.
 #pragma once
 
+#include "core/chunk_length.hpp"
 #include "core/problem.hpp"
 #include "kernels/execution.hpp"
 
@@ -20,7 +21,7 @@ struct Sequence {
   int length;       // tokens
   int h_b;          // h's batch index
   int h_c0;         // h's chunk index of its first chunk
-  int num_chunks;   // ceil(length / C)
+  int num_chunks;   // ceil(length / C); chunk c holds chunk_length(c, length, C) tokens
 };
 
 struct SequenceMap {

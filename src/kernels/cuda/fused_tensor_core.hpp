@@ -10,7 +10,7 @@
 //
 // One block owns (DV block of BV columns, batch*head) and walks the chunks in
 // order (seed 000 section 6.4.2); with few sequences, one segment of them
-// (split sequences: choose_segments and segment_sum_kernel below). It has
+// (split sequences: segment_split.hpp, and segment_sum_kernel below). It has
 // groups of 4 warps that share the Q and K tiles, each group owning 32 DV
 // columns (16 for DK 64 in blocks of 64); warp w of a group does
 //   A   = scale * tril(Q_c K_c^T)      16 token rows (a row tile), in registers
@@ -29,6 +29,8 @@
 // operand of Q S is rounded once, as fla's chunk_fwd_o reads bf16 snapshots
 // (kSplitState below).
 #pragma once
+
+#include "kernels/cuda/segment_split.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -661,23 +663,6 @@ inline int choose_block_dv(int B, int H, int DV, int num_sms) {
   return 32;
 }
 
-inline int widest_block_dv(int DV) { return DV % 128 == 0 ? 128 : DV % 64 == 0 ? 64 : 32; }
-
-// Segments per sequence. A block walks its chunks one after another, so with
-// few sequences most SMs would idle; then each sequence is split into
-// segments (of at least 8 chunks) so that the blocks of the widest DV block
-// fill about one wave: each segment starts from the initial state plus the
-// K^T V sums of the segments before it (step 1 below reads K and V once more
-// for them). Measured on the H200 (132 SMs) at 1,32768,32,128: whole
-// sequences 1.26 ms, 4 segments (128 blocks) 0.86 ms, 8: 0.88, 16: 0.95; at
-// 2,16384,32,128: whole 0.95 ms, 2 segments 0.86, 4: 0.87.
-inline int choose_segments(int B, int H, int T, int DV, int num_sms) {
-  const std::int64_t blocks = std::int64_t(B) * H * (DV / widest_block_dv(DV));
-  const int NT = (T + detail::kChunk - 1) / detail::kChunk;
-  const std::int64_t segments = std::min<std::int64_t>(num_sms / blocks, NT / 8);
-  return segments >= 2 ? static_cast<int>(segments) : 1;
-}
-
 // The segment states come from the stream-ordered allocator; keeping the freed
 // memory in its pool makes the next call's allocation cheap.
 inline void keep_pool_memory() {
@@ -702,12 +687,12 @@ struct FusedTensorCorePlan {
 template <class E, class OutT, class SnapT>
 FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
                                           cudaStream_t stream) {
-  if (segments == 0) segments = choose_segments(args.B, args.H, args.T, args.DV, num_sms);
+  const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
+  if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DV, num_sms);
   if (block_dv == 0) block_dv = segments > 1 ? widest_block_dv(args.DV) : choose_block_dv(args.B, args.H, args.DV, num_sms);
   if (block_dv != 32 && block_dv != 64 && block_dv != 128)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128");
   if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
-  const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   if (segments < 1 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 1..65535");
   // Kernels are compiled for DK 64 and 128 and blocks of 32, 64 and 128 columns.
   auto with_shape = [&](int bv, auto f) {
@@ -727,8 +712,9 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   };
   std::unique_ptr<float, StreamFree> sums(nullptr, StreamFree{stream});
   if (segments > 1) {
-    args.seg_chunks = (NT + segments - 1) / segments;
-    segments = (NT + args.seg_chunks - 1) / args.seg_chunks;  // no empty segment
+    const SegmentSplit split = split_segments(NT, segments);
+    args.seg_chunks = split.seg_chunks;
+    segments = split.segments;
     const std::size_t state_elems = std::size_t(args.DK) * args.DV, total = std::size_t(args.B) * args.H * state_elems;
     keep_pool_memory();
     float* raw = nullptr;

@@ -4,7 +4,7 @@
 // and the accuracy of o against the fp64 reference on a slice.
 #pragma once
 
-#include "core/ledger.hpp"
+#include "core/variant.hpp"
 #include "kernels/forward.hpp"
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-#include "kernels/benchmark.hpp"
+#include "benchmark/benchmark.hpp"
 
 #include "core/error_metrics.hpp"
+#include "core/ledger.hpp"
 #include "core/random_tensor.hpp"
 #include "kernels/forward_typed.hpp"
 #include "kernels/run_variant.hpp"

@@ -1,0 +1,79 @@
+// The tensor-core launcher's segment split (docs/ARCHITECTURE.md,
+// "Tensor-core segment split"), case by case: the widest block, how many
+// segments a sequence is cut into, and how many chunks each holds. Plain
+// arithmetic, so the CPU build checks what the CUDA launcher will do.
+#include "kernels/cuda/segment_split.hpp"
+
+#include <gtest/gtest.h>
+
+namespace linattn::cuda {
+namespace {
+
+TEST(SegmentSplit, WidestBlockDividingDv) {
+  EXPECT_EQ(widest_block_dv(256), 128);
+  EXPECT_EQ(widest_block_dv(128), 128);
+  EXPECT_EQ(widest_block_dv(192), 64);
+  EXPECT_EQ(widest_block_dv(64), 64);
+  EXPECT_EQ(widest_block_dv(96), 32);
+  EXPECT_EQ(widest_block_dv(32), 32);
+}
+
+// The H200 has 132 SMs. One sequence of 32768 tokens (512 chunks), 32 heads,
+// DV 128: 32 blocks, so 132 / 32 = 4 segments (the measured best).
+TEST(SegmentSplit, OneLongSequenceIsCutToFillTheSms) {
+  EXPECT_EQ(choose_segments(1, 32, 512, 128, 132), 4);
+}
+
+// Two sequences of 16384 tokens: 64 blocks, 2 segments.
+TEST(SegmentSplit, TwoSequencesAreCutInTwo) {
+  EXPECT_EQ(choose_segments(2, 32, 256, 128, 132), 2);
+}
+
+// 8 x 32 heads at DV 128 are 256 blocks, already more than the SMs.
+TEST(SegmentSplit, ManySequencesAreNotCut) {
+  EXPECT_EQ(choose_segments(8, 32, 256, 128, 132), 1);
+}
+
+// 4 blocks would allow 33 segments, but a segment holds at least 8 chunks:
+// 20 chunks give 2 segments, 15 chunks none.
+TEST(SegmentSplit, ShortSequencesKeepEightChunksPerSegment) {
+  EXPECT_EQ(choose_segments(1, 4, 20, 64, 132), 2);
+  EXPECT_EQ(choose_segments(1, 4, 15, 64, 132), 1);
+}
+
+// DV 96 has blocks of 32 columns: 8 heads x 3 = 24 blocks, 132 / 24 = 5 segments.
+TEST(SegmentSplit, BlocksCountedAtTheWidestWidth) {
+  EXPECT_EQ(choose_segments(1, 8, 100, 96, 132), 5);
+}
+
+TEST(SegmentSplit, EvenCut) {
+  const SegmentSplit s = split_segments(512, 4);
+  EXPECT_EQ(s.seg_chunks, 128);
+  EXPECT_EQ(s.segments, 4);
+}
+
+// 20 chunks in 8: ceil(20 / 8) = 3 chunks each, which needs only 7 segments (3 x 6 + 2).
+TEST(SegmentSplit, CountRecomputedSoThatNoSegmentIsEmpty) {
+  const SegmentSplit s = split_segments(20, 8);
+  EXPECT_EQ(s.seg_chunks, 3);
+  EXPECT_EQ(s.segments, 7);
+  const SegmentSplit t = split_segments(9, 4);  // 3 + 3 + 3
+  EXPECT_EQ(t.seg_chunks, 3);
+  EXPECT_EQ(t.segments, 3);
+}
+
+TEST(SegmentSplit, LastSegmentShorter) {
+  const SegmentSplit s = split_segments(10, 3);  // 4 + 4 + 2
+  EXPECT_EQ(s.seg_chunks, 4);
+  EXPECT_EQ(s.segments, 3);
+}
+
+// More segments asked than chunks (bench --segments): one chunk each.
+TEST(SegmentSplit, MoreSegmentsThanChunks) {
+  const SegmentSplit s = split_segments(5, 8);
+  EXPECT_EQ(s.seg_chunks, 1);
+  EXPECT_EQ(s.segments, 5);
+}
+
+}  // namespace
+}  // namespace linattn::cuda
