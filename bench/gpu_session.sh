@@ -58,8 +58,12 @@ for step in $steps; do
         echo "== unbudgeted (default budget)"
         "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/whole" --no-fsync 2>&1 | grep -E "case0|peak RSS"
         echo "== --memory-budget 200M (the case's inputs are 805 MB)"
-        "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/budget" --no-fsync --memory-budget 200M 2>&1 | grep -E "case0|peak RSS"
+        LINATTN_MEMORY_MAP="$d/map-200M.txt" "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/budget" --no-fsync --memory-budget 200M 2>&1 | grep -E "case0|peak RSS"
         python3 bench/same_bits.py "$d/whole/in.case0.h5" "$d/budget/in.case0.h5"
+        echo "== the largest resident mappings at the end of the 200M run (KiB, address range, file or kind)"
+        awk '/^[0-9a-f]+-[0-9a-f]+ /{range=$1; name=($6==""?"[anon]":$6)} /^Rss:/{print $2, range, name}' "$d/map-200M.txt" | sort -rn | head -14
+        echo "== --memory-budget 64M"
+        "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/budget64" --no-fsync --memory-budget 64M 2>&1 | grep -E "peak RSS"
       } 2>&1 | tee "$LOGS/budget.txt"
       rm -rf "$d" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;

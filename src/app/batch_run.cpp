@@ -436,6 +436,7 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
   if (stats) {
     stats->reader_peak_rss = batch->stop_readers();
     stats->resident = resident_memory();
+    save_memory_map_if_asked();
   }
   reporter.line(batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()), true);
   batch.reset();

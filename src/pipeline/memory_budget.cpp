@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cctype>
 #include <cmath>
 #include <fstream>
@@ -59,6 +60,14 @@ std::string resident_memory() {
       if (line.rfind(key, 0) == 0)
         out += std::string(out.empty() ? "" : ", ") + name + " " + std::to_string(std::atoll(line.c_str() + std::char_traits<char>::length(key)) / 1024) + " MiB";
   return out;
+}
+
+void save_memory_map_if_asked() {
+  const char* path = std::getenv("LINATTN_MEMORY_MAP");
+  if (!path || !*path) return;
+  std::ifstream map("/proc/self/smaps");
+  std::ofstream out(path);
+  out << map.rdbuf();
 }
 
 }  // namespace linattn::pipeline

@@ -32,4 +32,9 @@ BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t wi
 // /proc does not say.
 std::string resident_memory();
 
+// With LINATTN_MEMORY_MAP=FILE set, copies /proc/self/smaps (every mapping
+// and its resident size) to FILE: where memory beside the budget's slots
+// lives, for docs/ARCHITECTURE.md's memory accounting.
+void save_memory_map_if_asked();
+
 }  // namespace linattn::pipeline
