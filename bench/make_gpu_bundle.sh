@@ -18,4 +18,6 @@ strip "$DEST/linattn" "$DEST/linattn_tests"
 bundle=${BUNDLE_LIBS:-../shared/tools/bundle-libs}
 bash "$bundle" "$DEST/lib" "$DEST/linattn" "$DEST/linattn_tests"
 nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fused_tensor_core_bench.cu -o "$DEST/tc_bench"
+# The source the binaries came from (gpu_session.sh starts its test log with it).
+echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- src tests CMakeLists.txt cmake || echo ' plus uncommitted changes')" > "$DEST/COMMIT"
 du -sh "$DEST"

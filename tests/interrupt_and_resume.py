@@ -2,9 +2,9 @@
 """linattn run interrupted by SIGTERM and by SIGINT, then resumed with --skip-existing.
 
 Generates WORKDIR/in.h5 with a small case0 and a large case1 (fp32, B = 1 and a
-long T, so that with --memory-budget 2M case1 streams through thousands of
+long T, so that with --memory-budget 2.5M case1 streams through thousands of
 windows for a second or two), starts `linattn run in.h5 -o OUT --memory-budget
-2M`, polls OUT every 2 ms until in.case1.h5.partial appears and case0's result
+2.5M`, polls OUT every 2 ms until in.case1.h5.partial appears and case0's result
 line is out (case0's fsync and rename run on their own thread, after case1 has
 begun: until its line, case0 is not finished and an interrupt discards it),
 and sends the signal. Then, for each signal:
@@ -109,7 +109,7 @@ def interrupt(out, sig, min_bytes):
     shutil.rmtree(out, ignore_errors=True)
     partial = os.path.join(out, "in.case1.h5.partial")
     started = time.monotonic()
-    proc = subprocess.Popen([EXE, "run", "in.h5", "-o", os.path.basename(out), "--memory-budget", "2M"], cwd=WORK,
+    proc = subprocess.Popen([EXE, "run", "in.h5", "-o", os.path.basename(out), "--memory-budget", "2.5M"], cwd=WORK,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     streams = {"stdout": [], "stderr": []}
     case0_done = threading.Event()
@@ -198,7 +198,7 @@ def round_trip(sig, min_bytes=0, verify=True):
     check(not any(alive(p) for p in readers),
           f"{sig.name}: the reader process {sorted(readers)} outlived the batch process")
 
-    r = linattn("run", "in.h5", "-o", out_name, "--memory-budget", "2M", "--skip-existing")
+    r = linattn("run", "in.h5", "-o", out_name, "--memory-budget", "2.5M", "--skip-existing")
     show(r, "resumed with --skip-existing")
     check(r.returncode == 0, f"{sig.name}: the resumed run exited with {r.returncode}")
     check(re.search(r"^\[1/2\] in\.h5:case0  skipped", r.stdout, re.M),

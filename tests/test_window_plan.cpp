@@ -166,7 +166,11 @@ TEST(MemoryBudget, ParsesSizes) {
 TEST(MemoryBudget, SplitKeepsSlotsWithinTheBudget) {
   for (bool host : {false, true}) {
     const pipeline::BudgetSplit s = pipeline::split_budget(700ll << 20, host);
-    EXPECT_LE((s.input_slots + s.output_slots) * s.slot_bytes + s.device_extra, 700ll << 20);
+    const std::int64_t slots = (s.input_slots + s.output_slots) * s.slot_bytes + s.device_extra;
+    EXPECT_LE(slots + s.reserve_bytes, 700ll << 20);
+    // A share stays out of the slots for the libraries' own buffers.
+    EXPECT_GE((700ll << 20) - slots, s.slot_bytes);
+    EXPECT_EQ(s.reserve_bytes, s.slot_bytes);
     EXPECT_EQ(s.slot_bytes % 4096, 0);
   }
   EXPECT_EQ(pipeline::split_budget(64ll << 30, false).slot_bytes, 64ll << 20);  // the window cap

@@ -281,6 +281,7 @@ class Batch {
       throw;
     }
     r.kernel_seconds = times.kernel;
+    r.tile_path = gemm_path_name(stage.gemm());
     const RunRecord record = make_record(opt_, r, p, s, stage.gemm(), times);
     writer_.finish(out, record, [this, &r, index, total, started](const std::string& error) {
       r.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();

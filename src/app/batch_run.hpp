@@ -46,6 +46,7 @@ struct CaseResult {
   double kernel_seconds = 0, min_bytes = 0;
   double wall_seconds = 0;  // from reading its first window to committing its file
   std::int64_t windows = 0;
+  std::string tile_path;  // the kernel path that ran (gemm_path_name), once computed
 
   std::string label() const { return group.empty() ? input : input + ":" + group; }
   double gigabytes_per_second() const { return kernel_seconds > 0 ? min_bytes / kernel_seconds / 1e9 : 0.0; }

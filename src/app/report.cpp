@@ -21,7 +21,7 @@ std::string shape_summary(const Problem& p) {
 
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
   return counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
-         dtype_name(r.dtype) + "  " + variant_name(variant) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
+         dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
          std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") + "  -> " + printable(r.output);
 }

@@ -33,8 +33,8 @@ struct CaseData {
 };
 
 // What a case holds, from its metadata alone (read_case's schema checks, and
-// the checks on sizes: element counts in checked 64-bit arithmetic, T and
-// B * H below 2^31, and the bytes a contiguous dataset stores against the
+// the checks on sizes: element counts in checked 64-bit arithmetic, T at most
+// kMaxTokens, and the bytes a contiguous dataset stores against the
 // bytes its shape needs). The streaming pipeline reads the data of a case in
 // windows after this; read_case reads it whole.
 struct CaseSchema {

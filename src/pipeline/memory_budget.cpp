@@ -44,10 +44,12 @@ std::int64_t default_memory_budget() {
 
 BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap) {
   BudgetSplit s;
-  const int shares = s.input_slots + s.output_slots + (host_backend ? 1 : 0);
+  const int reserve_shares = 1;
+  const int shares = s.input_slots + s.output_slots + reserve_shares + (host_backend ? 1 : 0);
   s.slot_bytes = std::min(budget / shares, window_cap);
   s.slot_bytes -= s.slot_bytes % 4096;
   s.device_extra = host_backend ? s.slot_bytes : 0;  // device memory: set by the caller from free device memory
+  s.reserve_bytes = reserve_shares * s.slot_bytes;
   return s;
 }
 

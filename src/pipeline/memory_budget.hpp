@@ -19,10 +19,15 @@ struct BudgetSplit {
   int input_slots = 3, output_slots = 3;
   std::int64_t slot_bytes = 0;        // each slot
   std::int64_t device_extra = 0;      // per window, beside the slots' data (host backends: from the budget)
+  std::int64_t reserve_bytes = 0;     // left to what the libraries allocate beside the slots
 };
 // Windows are capped at `window_cap` bytes per slot, so that even a large
-// budget keeps several windows in flight; host_backend reserves a share of
-// the budget for the kernels' buffers, which there live in host memory.
+// budget keeps several windows in flight. One share of the budget is left
+// out of the slots: the CUDA driver and HDF5 allocate memory of their own
+// once windows are large (about 27 MiB beside 33-64 MiB slots on the H200
+// host, BENCHMARKS.md "Memory budget"), and the budget bounds the whole run.
+// host_backend reserves one more share for the kernels' buffers, which there
+// live in host memory.
 BudgetSplit split_budget(std::int64_t budget, bool host_backend, std::int64_t window_cap = std::int64_t(64) << 20);
 
 // This process's resident memory now, by kind (/proc/self/status): private

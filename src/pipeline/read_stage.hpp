@@ -1,4 +1,4 @@
-// The batch process's side of the reader process (read_worker.hpp): starts it
+// The batch process's side of the reader process (read_process.hpp): starts it
 // on first use, sends requests, and waits for replies until a deadline. A
 // reader that dies (a crash inside libhdf5 on a corrupt file) or misses its
 // deadline (a hang) is killed and reaped; the request fails with ReaderLost
