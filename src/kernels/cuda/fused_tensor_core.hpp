@@ -193,15 +193,23 @@ __device__ inline void store_pair<__half>(__half* p, float a, float b) {
 template <class OutT>
 constexpr bool kSplitState = sizeof(OutT) == 4;
 
-template <int DK, int BV, class OutT>
+// 16-bit snapshots of another type than the operands (bf16 h of fp16 inputs)
+// are staged in a tile of their own, so that they too leave shared memory in
+// 16-byte pieces: stored from registers as scattered pairs they cost what
+// fp32 snapshots cost (bench/results/fp16-snapshot-cost.txt). With fp32 o
+// that tile holds S_lo, and such snapshots still leave from registers.
+template <class E, class OutT, class SnapT>
+constexpr bool kStageSnapshot = sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<OutT>;
+
+template <int DK, int BV, class OutT, bool StagedSnapshot>
 struct Layout {
   static constexpr int qk_stride = DK + kPad;
   static constexpr int v_stride = BV + kPad;
   static constexpr int qk_tile = kChunk * qk_stride;  // elements
   static constexpr int v_tile = kChunk * v_stride;
   static constexpr int s_tile = DK * v_stride;
-  // Q, K, V double-buffered, then S_hi (and S_lo), then the output tile (OutT).
-  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + (kSplitState<OutT> ? 2 : 1) * s_tile;
+  // Q, K, V double-buffered, then S_hi (and S_lo or the staged snapshot), then the output tile (OutT).
+  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + (kSplitState<OutT> || StagedSnapshot ? 2 : 1) * s_tile;
   static constexpr std::size_t o_offset = std::size_t(elements) * 2;
   static constexpr int o_stride = BV + 16 / int(sizeof(OutT));  // OutT elements, 16 bytes of padding
   static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
@@ -216,7 +224,8 @@ struct Layout {
 template <class E, int DK, int BV, class OutT, class SnapT>
 __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = Layout<DK, BV, OutT>;
+  constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
+  using L = Layout<DK, BV, OutT, kStaged>;
   constexpr int kGW = kFusedGroupWidth<DK, BV>;
   constexpr int kThreads = kFusedThreads<DK, BV>;
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
@@ -240,13 +249,13 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   E* k_s = q_s + 2 * L::qk_tile;      // [2][64][qk_stride]
   E* v_s = k_s + 2 * L::qk_tile;      // [2][64][v_stride]
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
-  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride], with kSplitState only
+  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride], with kSplitState only (else kStaged: the snapshot)
   OutT* o_s = reinterpret_cast<OutT*>(shared_raw + L::o_offset);  // [64][o_stride]
   E* a_hi = reinterpret_cast<E*>(shared_raw + L::a_offset);  // [64][a_stride], kShareA only
   E* a_lo = a_hi + kChunk * L::a_stride;
   // bf16 (fp16) snapshots of bf16 (fp16) inputs are exactly S_hi: they leave
   // from shared memory in whole 16-byte pieces instead of scattered pairs.
-  constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value;
+  constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value || kStaged;
 
   // Groups of 4 warps share the Q and K tiles (read once from L2 per block) and
   // each owns kGW columns of the block's DV range, at column cg.
@@ -342,6 +351,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
             *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = lo;
           } else {
             *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = Elem<E>::pack(x0, x1);
+            if constexpr (kStaged)
+              *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = Elem<SnapT>::pack(x0, x1);
           }
           if (c == NT) {
             float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col;
@@ -366,13 +377,14 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   static_assert(kThreads % h_segs == 0 && kThreads % o_segs == 0, "pieces advance by whole rows");
   const int h_row = threadIdx.x / h_segs, h_col = threadIdx.x % h_segs * 8;
   const int o_row = threadIdx.x / o_segs, o_col = threadIdx.x % o_segs * o_per;
-  E* const h_block = static_cast<E*>(args.h) + (std::size_t(b) * NT * H + hh) * std::size_t(DK) * DV + v0;
+  SnapT* const h_block = static_cast<SnapT*>(args.h) + (std::size_t(b) * NT * H + hh) * std::size_t(DK) * DV + v0;
+  const E* const h_tile = kStaged ? s_lo : s_hi;  // the snapshot's 16-bit tile
   OutT* const o_block = static_cast<OutT*>(args.o) + (std::size_t(b) * T * H + hh) * DV + v0;
   auto store_h_piece = [&](int c, int j) {
     const int r = h_row + j * (kThreads / h_segs);
     if (r < DK)
       *reinterpret_cast<uint4*>(h_block + std::size_t(c) * H * DK * DV + r * DV + h_col) =
-          *reinterpret_cast<const uint4*>(s_hi + r * L::v_stride + h_col);
+          *reinterpret_cast<const uint4*>(h_tile + r * L::v_stride + h_col);
   };
   auto store_o_piece = [&](int t0, int j) {
     const int r = o_row + j * (kThreads / o_segs), t = t0 + r;
@@ -638,7 +650,7 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
 template <class E, int DK, int BV, class OutT, class SnapT>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, int segments, cudaStream_t stream) {
   auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT>;
-  const std::size_t bytes = Layout<DK, BV, OutT>::bytes;
+  const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>>::bytes;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
   if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
   const dim3 grid(args.DV / BV, args.B * args.H, segments);
