@@ -2,7 +2,8 @@
 """linattn beside flash-linear-attention on one GPU, in one run.
 
 Times fla's forward that produces what linattn produces (chunk_fwd_h + chunk_fwd_o,
-chunk 64, bf16 inputs, h stored in bf16, final state in fp32; and chunk_linear_attn
+chunk 64, bf16 inputs (or fp16 with --dtype fp16), h stored in the input dtype by fla and in
+bf16 by linattn (16 bits both), final state in fp32; and chunk_linear_attn
 with normalize=False) with triton.testing.do_bench (median), runs `linattn bench`
 on the same shapes, and prints one table: shape, fla ms, each linattn variant ms,
 ratio to fla, percent of the copy-bandwidth floor, and the relative L2 of o against
@@ -39,7 +40,7 @@ def rel_l2(x, ref):
     return (torch.linalg.norm(x - ref) / torch.linalg.norm(ref)).item()
 
 
-def time_fla(shape, reps_ms, slice_tokens):
+def time_fla(shape, reps_ms, slice_tokens, dtype):
     import torch
     import triton
     from fla.ops.common.chunk_h import chunk_fwd_h
@@ -48,8 +49,9 @@ def time_fla(shape, reps_ms, slice_tokens):
 
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(1234)
-    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).bfloat16() for _ in range(2))
-    v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).bfloat16()
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
+    v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype)
     scale = 1.0
 
     def h_then_o():
@@ -79,6 +81,7 @@ def main():
     ap.add_argument("--shape", action="append", help="B,T,H,D[,DV] (default: the five benchmark shapes)")
     ap.add_argument("--variants", default="fused,materialized,recompute")
     ap.add_argument("--gemm", default="auto", help="linattn --gemm")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="input dtype of both")
     ap.add_argument("--reps", type=int, default=20, help="linattn timed repetitions (median)")
     ap.add_argument("--fla-rep-ms", type=int, default=200, help="do_bench rep time in ms")
     ap.add_argument("--accuracy-tokens", type=int, default=1024)
@@ -94,11 +97,11 @@ def main():
     for s in shapes:
         dims = [int(x) for x in s.split(",")]
         shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
-        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens)
+        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype)
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
-        cmd = [args.linattn, "bench", "--shape", s, "--dtype", "bf16", "--variants", args.variants,
+        cmd = [args.linattn, "bench", "--shape", s, "--dtype", args.dtype, "--variants", args.variants,
                "--gemm", args.gemm, "--snapshots", "bf16", "--reps", str(args.reps),
                "--accuracy-tokens", str(args.accuracy_tokens), "--json", out]
         print("+", " ".join(cmd), flush=True)
@@ -109,7 +112,7 @@ def main():
         rows.append({"shape": shape, "fla": fla_row, "linattn": lin})
 
     print()
-    print(f"GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
+    print(f"inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
           f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
     print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; "
@@ -132,7 +135,7 @@ def main():
         print(" | ".join(cells))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            json.dump({"dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                        "cuda": torch.version.cuda, "rows": rows}, fh, indent=2)
 
 

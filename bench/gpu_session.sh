@@ -23,6 +23,9 @@ for step in $steps; do
     compare)  # the five benchmark shapes beside fla, same run
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused,materialized \
         --json "$LOGS/compare-fla.json" 2>&1 | tee "$LOGS/compare-fla.txt" ;;
+    compare-fp16)  # the same, fp16 inputs (fla keeps h in fp16, linattn in bf16: 16 bits both)
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp16 \
+        --json "$LOGS/compare-fla-fp16.json" 2>&1 | tee "$LOGS/compare-fla-fp16.txt" ;;
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;
