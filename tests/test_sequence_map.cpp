@@ -1,8 +1,9 @@
 // Where each chunk lies, as the kernels find it on the device (SequenceMap:
 // locate_chunk, sequence, chunk_length) and as the host finds it (Problem:
-// first_chunk, total_chunks, chunk_length). The named cases are written out
-// by hand; a seeded random packed batch checks that the chunks tile every
-// sequence.
+// chunk_starts, total_chunks, chunk_length; chunk_token_ranges). The named
+// cases are written out by hand; seeded random packed batches check that the
+// chunks tile every sequence and that the one-pass sums give the definition.
+// (That they stay one pass: test_many_sequences.cpp.)
 #include "core/chunk_length.hpp"
 #include "core/problem.hpp"
 #include "kernels/execution.hpp"
@@ -10,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <ostream>
 #include <random>
@@ -27,6 +29,15 @@ struct ChunkPlace {
     return n == o.n && c == o.c && b == o.b && t0 == o.t0 && L == o.L && h_b == o.h_b && h_c == o.h_c;
   }
 };
+
+}  // namespace
+
+bool operator==(const TokenRange& a, const TokenRange& b) { return a.t0 == b.t0 && a.length == b.length; }
+std::ostream& operator<<(std::ostream& os, const TokenRange& r) {
+  return os << "{t0 " << r.t0 << ", " << r.length << " tokens}";
+}
+
+namespace {
 
 std::ostream& operator<<(std::ostream& os, const ChunkPlace& x) {
   return os << "{n " << x.n << ", c " << x.c << ", b " << x.b << ", t0 " << x.t0 << ", L " << x.L << ", h (" << x.h_b
@@ -89,11 +100,7 @@ TEST(SequenceMap, PackedBatchChunkPlaces) {
   EXPECT_EQ(p.sequence_chunks(1), 1);
   EXPECT_EQ(p.sequence_chunks(2), 1);
   EXPECT_EQ(p.sequence_chunks(3), 3);
-  EXPECT_EQ(p.first_chunk(0), 0);
-  EXPECT_EQ(p.first_chunk(1), 1);
-  EXPECT_EQ(p.first_chunk(2), 2);
-  EXPECT_EQ(p.first_chunk(3), 3);
-  EXPECT_EQ(p.first_chunk(4), 6);
+  EXPECT_EQ(p.chunk_starts(), (std::vector<std::int64_t>{0, 1, 2, 3, 6}));
   EXPECT_EQ(p.total_chunks(), 6);
 
   const std::vector<ChunkPlace> expected{
@@ -123,8 +130,9 @@ TEST(SequenceMap, PlainBatchChunkPlaces) {
   EXPECT_EQ(p.chunk_length(0), 64);
   EXPECT_EQ(p.chunk_length(1), 64);
   EXPECT_EQ(p.chunk_length(2), 2);
-  EXPECT_EQ(p.first_chunk(1), 0);
+  EXPECT_EQ(p.chunk_starts(), (std::vector<std::int64_t>{0, 0, 3}));  // each row's h starts at chunk 0
   EXPECT_EQ(p.total_chunks(), 3);
+  EXPECT_EQ(chunk_token_ranges(p), (std::vector<TokenRange>{{0, 64}, {64, 64}, {128, 2}}));  // in every row
 
   const std::vector<ChunkPlace> expected{
       // n  c  b   t0   L  h_b h_c
@@ -139,7 +147,7 @@ TEST(SequenceMap, PlainBatchChunkPlaces) {
 }
 
 // Seeded random lengths: the chunks of each sequence follow one another from
-// its first token to its last, each 1..C tokens, numbered from first_chunk(n).
+// its first token to its last, each 1..C tokens, numbered from chunk_starts()[n].
 TEST(SequenceMap, RandomPackedChunksTileEachSequence) {
   std::mt19937_64 rng(20240611);
   std::uniform_int_distribution<std::int64_t> length(1, 200);
@@ -149,9 +157,10 @@ TEST(SequenceMap, RandomPackedChunksTileEachSequence) {
 
   const std::vector<ChunkPlace> places = chunk_places(p);
   ASSERT_EQ(static_cast<std::int64_t>(places.size()), p.total_chunks());
+  const std::vector<std::int64_t> starts = p.chunk_starts();
   std::size_t g = 0;
   for (int n = 0; n < static_cast<int>(p.num_sequences()); ++n) {
-    ASSERT_EQ(static_cast<std::int64_t>(g), p.first_chunk(n));
+    ASSERT_EQ(static_cast<std::int64_t>(g), starts[n]);
     std::int64_t t = p.cu_seqlens[n];
     for (int c = 0; t < p.cu_seqlens[n + 1]; ++c, ++g) {
       ASSERT_LT(g, places.size());
@@ -168,6 +177,59 @@ TEST(SequenceMap, RandomPackedChunksTileEachSequence) {
     EXPECT_EQ(t, p.cu_seqlens[n + 1]);
   }
   EXPECT_EQ(g, places.size());
+}
+
+// Sequence n's first chunk by the definition: the chunks of the sequences before it.
+std::int64_t first_chunk_by_definition(const Problem& p, std::int64_t n) {
+  std::int64_t chunks = 0;
+  for (std::int64_t m = 0; m < n; ++m) chunks += (p.sequence_length(m) + p.chunk - 1) / p.chunk;
+  return chunks;
+}
+
+// Seeded random lengths around the chunk (1, 63, 64, 65, C - 1, C, C + 1
+// among them) at every supported chunk: the running sums (Problem::chunk_starts,
+// the map's chunk_starts, chunk_token_ranges) and the device's lookup of each
+// chunk against the definition.
+TEST(SequenceMap, RunningSumsGiveTheDefinition) {
+  std::mt19937_64 rng(20250114);
+  for (const std::int64_t C : {16, 32, 64, 128}) {
+    std::vector<std::int64_t> lengths{1, 63, 64, 65, C - 1, C, C + 1, 1};
+    std::uniform_int_distribution<std::int64_t> length(1, 3 * C);
+    for (int n = 0; n < 200; ++n) lengths.push_back(n % 3 == 0 ? 1 : length(rng));
+    std::shuffle(lengths.begin(), lengths.end(), rng);
+    std::vector<std::int64_t> cu{0};
+    for (const std::int64_t len : lengths) cu.push_back(cu.back() + len);
+    const Problem p = packed(cu, C);
+    SCOPED_TRACE("chunk " + std::to_string(C));
+
+    const std::vector<std::int64_t> starts = p.chunk_starts();
+    ASSERT_EQ(starts.size(), cu.size());
+    for (std::int64_t n = 0; n <= p.num_sequences(); ++n)
+      EXPECT_EQ(starts[n], first_chunk_by_definition(p, n)) << "sequence " << n;
+    EXPECT_EQ(p.total_chunks(), starts.back());
+
+    const SequenceMap map = make_sequence_map(p);
+    const auto map_starts = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), map.chunk_starts);
+    ASSERT_EQ(map_starts.extent(0), starts.size());
+    for (std::size_t n = 0; n < starts.size(); ++n) EXPECT_EQ(map_starts(n), starts[n]) << n;
+
+    // Each chunk's sequence (the device's binary search), place and tokens
+    // against the definition: chunk g of sequence n lies in [starts[n], starts[n + 1]).
+    const std::vector<ChunkPlace> places = chunk_places(p);
+    const std::vector<TokenRange> ranges = chunk_token_ranges(p);
+    ASSERT_EQ(static_cast<std::int64_t>(places.size()), starts.back());
+    ASSERT_EQ(ranges.size(), places.size());
+    for (std::int64_t g = 0; g < starts.back(); ++g) {
+      const ChunkPlace& x = places[g];
+      EXPECT_LE(starts[x.n], g) << x;
+      EXPECT_LT(g, starts[x.n + 1]) << x;
+      EXPECT_EQ(x.c, g - starts[x.n]) << x;
+      EXPECT_EQ(x.t0, cu[x.n] + x.c * C) << x;
+      EXPECT_EQ(x.L, std::min(C, cu[x.n + 1] - x.t0)) << x;
+      EXPECT_EQ(x.h_c, g) << x;
+      EXPECT_EQ(ranges[g], (TokenRange{x.t0, x.L})) << x;
+    }
+  }
 }
 
 }  // namespace

@@ -32,8 +32,7 @@ TEST(Varlen, ChunkLayoutFollowsFla) {
   const Problem p = packed({1, 63, 64, 65, 300}, 2, 16, 24, 64);
   EXPECT_EQ(p.num_sequences(), 5);
   EXPECT_EQ(p.total_chunks(), 1 + 1 + 1 + 2 + 5);
-  EXPECT_EQ(p.first_chunk(3), 3);
-  EXPECT_EQ(p.first_chunk(4), 5);
+  EXPECT_EQ(p.chunk_starts(), (std::vector<std::int64_t>{0, 1, 2, 3, 5, 10}));
   EXPECT_EQ(p.h_shape(), (std::vector<std::int64_t>{1, 10, 2, 16, 24}));
   EXPECT_EQ(p.state_shape(), (std::vector<std::int64_t>{5, 2, 16, 24}));
   EXPECT_EQ(p.z_shape(), (std::vector<std::int64_t>{5, 2, 16}));

@@ -142,6 +142,28 @@ TEST(WindowPlan, WindowProblemOfAPackedWindowStartsItsPiecesAtZero) {
   EXPECT_EQ(wp.total_chunks(), 4);
 }
 
+// window_problem builds its problem field by field (plain_problem), not from a
+// copy of the whole case: nothing but T and the sequences may change.
+TEST(WindowPlan, WindowProblemKeepsEverythingElse) {
+  Problem p;
+  p.B = 3; p.T = 100; p.H = 2; p.DK = 8; p.DV = 24; p.chunk = 32; p.scale = 0.125;
+  for (const bool packed : {false, true}) {
+    if (packed) {
+      p.B = 1;
+      p.cu_seqlens = {0, 40, 45, 100};
+    }
+    const Problem wp = window_problem(p, Window{32, 64, 0, 3, true, true, 1, packed ? 3 : 1});  // tokens 32..64
+    EXPECT_EQ(wp.B, p.B);
+    EXPECT_EQ(wp.T, 32);
+    EXPECT_EQ(wp.H, p.H);
+    EXPECT_EQ(wp.DK, p.DK);
+    EXPECT_EQ(wp.DV, p.DV);
+    EXPECT_EQ(wp.chunk, p.chunk);
+    EXPECT_EQ(wp.scale, p.scale);
+    EXPECT_EQ(wp.varlen(), packed);
+  }
+}
+
 TEST(WindowPlan, TooSmallABudgetSaysWhatOneChunkNeeds) {
   Problem p;
   p.B = 8; p.T = 128; p.H = 4; p.DK = 64; p.DV = 64; p.chunk = 64;

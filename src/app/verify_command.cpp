@@ -1,5 +1,6 @@
 // linattn verify OUTPUT.h5 [--input INPUT.h5] [--per-chunk]: recompute the fp64
 // reference for the case an output file was made from and compare.
+#include "app/chunk_errors.hpp"
 #include "app/command.hpp"
 #include "app/text_table.hpp"
 #include "core/accuracy_levels.hpp"
@@ -14,49 +15,6 @@
 
 namespace linattn {
 namespace {
-
-// Where global chunk c of a packed batch lies: its first token and length.
-std::pair<std::int64_t, std::int64_t> packed_chunk(const Problem& p, std::int64_t c) {
-  std::int64_t n = 0;
-  while (p.first_chunk(n + 1) <= c) ++n;
-  const std::int64_t local = c - p.first_chunk(n);  // the chunk's index within its sequence
-  return {p.sequence_start(n) + local * p.chunk, chunk_length(local, p.sequence_length(n), p.chunk)};
-}
-
-// Tokens in chunk c (per batch row).
-std::int64_t chunk_tokens(const Problem& p, std::int64_t c) {
-  return p.varlen() ? packed_chunk(p, c).second : p.chunk_length(c);
-}
-
-// The elements of o [B, T, H, DV] (or v-shaped data) in chunk c: chunk c of
-// every batch row for a plain batch, global chunk c (one sequence's) when packed.
-std::vector<double> o_chunk(const std::vector<double>& o, const Problem& p, std::int64_t c) {
-  const std::int64_t row = p.H * p.DV;  // one token
-  std::vector<double> out;
-  auto append = [&](std::int64_t b, std::int64_t t0, std::int64_t L) {
-    const auto first = o.begin() + (b * p.T + t0) * row;
-    out.insert(out.end(), first, first + L * row);
-  };
-  if (p.varlen()) {
-    const auto [t0, L] = packed_chunk(p, c);
-    append(0, t0, L);
-  } else {
-    for (std::int64_t b = 0; b < p.B; ++b) append(b, c * p.chunk, p.chunk_length(c));
-  }
-  return out;
-}
-
-// h[:, c] of h [B, NT, H, DK, DV] ([1, total_chunks, ...] when packed).
-std::vector<double> h_chunk(const std::vector<double>& h, const Problem& p, std::int64_t c) {
-  const std::int64_t state = p.H * p.DK * p.DV;
-  const std::int64_t rows = p.h_shape()[0], chunks = p.total_chunks();
-  std::vector<double> out;
-  for (std::int64_t b = 0; b < rows; ++b) {
-    const auto first = h.begin() + (b * chunks + c) * state;
-    out.insert(out.end(), first, first + state);
-  }
-  return out;
-}
 
 void check_shape(const std::string& file, const char* name, const Tensor& t, const std::vector<std::int64_t>& expected) {
   if (t.shape != expected)
@@ -156,12 +114,12 @@ Command add_verify_command(CLI::App& parent) {
             if (o->per_chunk) {
               TextTable chunks{{"chunk", "tokens", "o rel_L2", "h rel_L2", "status"},
                                {true, true, true, true, false}, {}};
-              for (std::int64_t c = 0; c < p.total_chunks(); ++c) {
-                const double eo_c = relative_l2(o_chunk(od, p, c), o_chunk(ref.o, p, c));
-                const double eh_c = has_h ? relative_l2(h_chunk(hd, p, c), h_chunk(ref.h, p, c)) : 0.0;
-                const bool below = pass(eo_c, o_level) & pass(eh_c, h_level);  // & : count both
-                chunks.rows.push_back({std::to_string(c), std::to_string(chunk_tokens(p, c)), scientific(eo_c, 2),
-                                       has_h ? scientific(eh_c, 2) : "-", below ? "ok" : "ABOVE LEVEL"});
+              const std::vector<ChunkError> errors = chunk_errors(p, od, ref.o, hd, ref.h);
+              for (std::size_t c = 0; c < errors.size(); ++c) {
+                const ChunkError& e = errors[c];
+                const bool below = pass(e.o, o_level) & pass(e.h, h_level);  // & : count both
+                chunks.rows.push_back({std::to_string(c), std::to_string(e.tokens), scientific(e.o, 2),
+                                       has_h ? scientific(e.h, 2) : "-", below ? "ok" : "ABOVE LEVEL"});
               }
               std::cout << '\n' << chunks.str();
             }

@@ -8,14 +8,47 @@
 
 namespace linattn {
 
-std::int64_t Problem::first_chunk(std::int64_t n) const {
-  std::int64_t c = 0;
-  if (varlen())
-    for (std::int64_t m = 0; m < n; ++m) c += sequence_chunks(m);
-  return c;
+std::vector<std::int64_t> Problem::chunk_starts() const {
+  const std::int64_t N = num_sequences();
+  std::vector<std::int64_t> starts(static_cast<std::size_t>(N + 1), 0);
+  if (!varlen()) {
+    starts[N] = num_chunks();
+    return starts;
+  }
+  for (std::int64_t n = 0; n < N; ++n) starts[n + 1] = starts[n] + sequence_chunks(n);
+  return starts;
 }
 
-std::int64_t Problem::total_chunks() const { return varlen() ? first_chunk(num_sequences()) : num_chunks(); }
+std::int64_t Problem::total_chunks() const {
+  if (!varlen()) return num_chunks();
+  std::int64_t chunks = 0;
+  for (std::int64_t n = 0; n < num_sequences(); ++n) chunks += sequence_chunks(n);
+  return chunks;
+}
+
+std::vector<TokenRange> chunk_token_ranges(const Problem& p) {
+  std::vector<TokenRange> ranges;
+  // A plain batch: the chunks of one row (they are the same in every row).
+  const std::int64_t sequences = p.varlen() ? p.num_sequences() : 1;
+  for (std::int64_t n = 0; n < sequences; ++n) {
+    const std::int64_t t0 = p.sequence_start(n), length = p.sequence_length(n);
+    for (std::int64_t c = 0; c * p.chunk < length; ++c)
+      ranges.push_back({t0 + c * p.chunk, chunk_length(c, length, p.chunk)});
+  }
+  return ranges;
+}
+
+Problem plain_problem(const Problem& p, std::int64_t B, std::int64_t T) {
+  Problem piece;
+  piece.B = B;
+  piece.T = T;
+  piece.H = p.H;
+  piece.DK = p.DK;
+  piece.DV = p.DV;
+  piece.chunk = p.chunk;
+  piece.scale = p.scale;
+  return piece;
+}
 
 bool is_supported_chunk(std::int64_t chunk) {
   return chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128;

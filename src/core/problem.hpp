@@ -6,7 +6,7 @@
 // one batch row, sequence n holding tokens [cu_seqlens[n], cu_seqlens[n+1]).
 // Every sequence starts from its own state; chunks never cross a sequence
 // boundary; h is [1, total_chunks, H, DK, DV] with the chunks of sequence n
-// from first_chunk(n) on; final_state is [N, H, DK, DV]. A plain batch is the
+// from chunk_starts()[n] on; final_state is [N, H, DK, DV]. A plain batch is the
 // special case of B sequences of length T (sequence n = batch row n), so the
 // sequence helpers below serve both.
 #pragma once
@@ -18,6 +18,7 @@
 
 namespace linattn {
 
+// A new field goes into plain_problem (below) too.
 struct Problem {
   std::int64_t B = 1, T = 1, H = 1, DK = 1, DV = 1;
   std::int64_t chunk = 64;
@@ -30,9 +31,12 @@ struct Problem {
   std::int64_t sequence_start(std::int64_t n) const { return varlen() ? cu_seqlens[n] : 0; }  // first token in the row
   std::int64_t sequence_length(std::int64_t n) const { return varlen() ? cu_seqlens[n + 1] - cu_seqlens[n] : T; }
   std::int64_t sequence_chunks(std::int64_t n) const { return (sequence_length(n) + chunk - 1) / chunk; }
-  // Index of sequence n's first chunk along h's chunk axis (0 for a plain batch, whose h has a batch axis).
-  std::int64_t first_chunk(std::int64_t n) const;
-  // Length of h's chunk axis: NT for a plain batch, sum_n ceil(len_n / C) for varlen.
+  // [N + 1]: the index of each sequence's first chunk along h's chunk axis,
+  // then that axis' length (a plain batch's h has a batch axis: every row
+  // starts at 0, and the axis holds NT). One running sum, O(N): ask for it
+  // once, never per sequence (docs/ARCHITECTURE.md, "Cost per sequence").
+  std::vector<std::int64_t> chunk_starts() const;
+  // Length of h's chunk axis: NT for a plain batch, sum_n ceil(len_n / C) for varlen. O(N).
   std::int64_t total_chunks() const;
 
   std::int64_t num_chunks() const { return (T + chunk - 1) / chunk; }  // NT, last chunk may be ragged
@@ -45,6 +49,21 @@ struct Problem {
   std::vector<std::int64_t> state_shape() const { return {num_sequences(), H, DK, DV}; }  // initial and final
   std::vector<std::int64_t> z_shape() const { return {num_sequences(), H, DK}; }          // normalization's key sum
 };
+
+// Where chunk g of h's chunk axis lies in its batch row: first token and
+// length. A plain batch's chunk g covers the same tokens in every row.
+struct TokenRange {
+  std::int64_t t0 = 0, length = 0;
+};
+// Every chunk of h's chunk axis in order ([total_chunks]), in one pass over
+// the sequences.
+std::vector<TokenRange> chunk_token_ranges(const Problem& p);
+
+// p's heads, dimensions, chunk and scale over B rows of T tokens, without
+// sequences: the pieces of a packed problem (one sequence, one window) start
+// from it. Copying p instead would copy its N + 1 offsets for every piece,
+// O(N) each and O(N^2) over all of them.
+Problem plain_problem(const Problem& p, std::int64_t B, std::int64_t T);
 
 // Chunk lengths the kernels support (tensor-core friendly multiples of 16).
 bool is_supported_chunk(std::int64_t chunk);

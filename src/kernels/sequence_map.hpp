@@ -1,7 +1,7 @@
 // The sequences of a run as the kernels see them: a plain batch is B
 // sequences of T tokens (sequence n = batch row n, h indexed (n, c)); a packed
 // variable-length batch is N sequences of the one row (h indexed (0,
-// first_chunk(n) + c)). Every kernel iterates over sequences through this map,
+// chunk_starts()[n] + c)). Every kernel iterates over sequences through this map,
 // so that one code path serves both. Device-safe: the offsets live in Views of
 // the execution space's memory.
 #pragma once
@@ -11,6 +11,7 @@
 #include "kernels/execution.hpp"
 
 #include <string>
+#include <vector>
 
 namespace linattn {
 
@@ -26,7 +27,7 @@ struct Sequence {
 
 struct SequenceMap {
   Kokkos::View<const std::int64_t*, MemSpace> cu_seqlens;   // [N + 1]; empty for a plain batch
-  Kokkos::View<const std::int64_t*, MemSpace> chunk_starts; // [N + 1]: first_chunk(n), then total_chunks
+  Kokkos::View<const std::int64_t*, MemSpace> chunk_starts; // [N + 1]: Problem::chunk_starts()
   int T = 0, C = 0, NT = 0;      // NT: chunks per row of a plain batch
   int num_sequences = 0;
   int total_chunks = 0;          // chunks over all sequences (a plain batch: B * NT)
@@ -70,6 +71,17 @@ KOKKOS_INLINE_FUNCTION SequenceBlock sequence_block(const SequenceMap& seqs, int
   return {seqs.sequence(nh / H), nh / H, nh % H, d0, DV - d0 < block_dv ? DV - d0 : block_dv};
 }
 
+// A copy of host offsets in the execution space's memory.
+inline Kokkos::View<const std::int64_t*, MemSpace> upload_offsets(const char* label,
+                                                                   const std::vector<std::int64_t>& host) {
+  Kokkos::View<std::int64_t*, MemSpace> device(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
+                                               host.size());
+  auto mirror = Kokkos::create_mirror_view(device);
+  for (std::size_t i = 0; i < host.size(); ++i) mirror(i) = host[i];
+  Kokkos::deep_copy(device, mirror);
+  return device;
+}
+
 // Uploads p's sequence offsets (nothing for a plain batch).
 inline SequenceMap make_sequence_map(const Problem& p) {
   SequenceMap map;
@@ -77,26 +89,15 @@ inline SequenceMap make_sequence_map(const Problem& p) {
   map.C = static_cast<int>(p.chunk);
   map.NT = static_cast<int>(p.num_chunks());
   map.num_sequences = static_cast<int>(p.num_sequences());
-  map.total_chunks = static_cast<int>(p.varlen() ? p.total_chunks() : p.B * p.num_chunks());
-  if (p.varlen()) {
-    const std::int64_t N = p.num_sequences();
-    Kokkos::View<std::int64_t*, MemSpace> cu(Kokkos::view_alloc(std::string("linattn::cu_seqlens"), Kokkos::WithoutInitializing), N + 1);
-    Kokkos::View<std::int64_t*, MemSpace> starts(Kokkos::view_alloc(std::string("linattn::chunk_starts"), Kokkos::WithoutInitializing), N + 1);
-    auto cu_host = Kokkos::create_mirror_view(cu);
-    auto starts_host = Kokkos::create_mirror_view(starts);
-    // first_chunk(n) as a running sum (first_chunk itself is O(n): calling it per
-    // sequence made this O(N^2), and the pipeline builds a map per window).
-    std::int64_t chunks = 0;
-    for (std::int64_t n = 0; n <= N; ++n) {
-      cu_host(n) = p.cu_seqlens[n];
-      starts_host(n) = chunks;
-      if (n < N) chunks += p.sequence_chunks(n);
-    }
-    Kokkos::deep_copy(cu, cu_host);
-    Kokkos::deep_copy(starts, starts_host);
-    map.cu_seqlens = cu;
-    map.chunk_starts = starts;
+  if (!p.varlen()) {
+    map.total_chunks = static_cast<int>(p.B * p.num_chunks());
+    return map;
   }
+  // One running sum (docs/ARCHITECTURE.md, "Cost per sequence"): the pipeline builds a map per window.
+  const std::vector<std::int64_t> starts = p.chunk_starts();
+  map.total_chunks = static_cast<int>(starts.back());
+  map.cu_seqlens = upload_offsets("linattn::cu_seqlens", p.cu_seqlens);
+  map.chunk_starts = upload_offsets("linattn::chunk_starts", starts);
   return map;
 }
 

@@ -211,9 +211,8 @@ std::vector<Window> plan_windows(const Problem& whole, const CaseStorage& storag
 }
 
 Problem window_problem(const Problem& whole, const Window& w) {
-  Problem p = whole;
-  p.T = w.tokens();
-  p.cu_seqlens.clear();
+  // Only the window's own offsets: a copy of the whole's would cost O(N) per window.
+  Problem p = plain_problem(whole, whole.B, w.tokens());
   if (whole.varlen()) {
     p.cu_seqlens.reserve(static_cast<std::size_t>(w.sequences() + 1));
     p.cu_seqlens.push_back(0);

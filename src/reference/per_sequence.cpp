@@ -10,15 +10,14 @@ Result per_sequence(const Problem& p, const Inputs& in, const Form& form) {
   validate_shapes(p);
   if (!p.varlen()) return form(p, in);
   const std::int64_t H = p.H, DK = p.DK, DV = p.DV, state = H * DK * DV;
+  // Once, not per sequence: each sum is O(N) (as is a copy of p, hence plain_problem below).
+  const std::vector<std::int64_t> chunk_starts = p.chunk_starts();
   Result r;
   r.o.assign(static_cast<std::size_t>(p.T * H * DV), 0.0);
-  r.h.assign(static_cast<std::size_t>(p.total_chunks() * state), 0.0);
+  r.h.assign(static_cast<std::size_t>(chunk_starts.back() * state), 0.0);
   r.final_state.assign(static_cast<std::size_t>(p.num_sequences() * state), 0.0);
   for (std::int64_t n = 0; n < p.num_sequences(); ++n) {
-    Problem one = p;
-    one.cu_seqlens.clear();
-    one.B = 1;
-    one.T = p.sequence_length(n);
+    const Problem one = plain_problem(p, 1, p.sequence_length(n));
     const std::int64_t t0 = p.sequence_start(n);
     // Tokens are rows of H * D elements: a sequence is a contiguous range.
     auto slice = [&](const std::vector<double>& x, std::int64_t D) {
@@ -29,7 +28,7 @@ Result per_sequence(const Problem& p, const Inputs& in, const Form& form) {
     if (in.initial_state) s0.assign(in.initial_state->begin() + n * state, in.initial_state->begin() + (n + 1) * state);
     const Result part = form(one, {q, k, v, in.initial_state ? &s0 : nullptr});
     std::copy(part.o.begin(), part.o.end(), r.o.begin() + t0 * H * DV);
-    std::copy(part.h.begin(), part.h.end(), r.h.begin() + p.first_chunk(n) * state);
+    std::copy(part.h.begin(), part.h.end(), r.h.begin() + chunk_starts[n] * state);
     std::copy(part.final_state.begin(), part.final_state.end(), r.final_state.begin() + n * state);
   }
   return r;
