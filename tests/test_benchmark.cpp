@@ -35,5 +35,24 @@ TEST(Benchmark, TimesEachVariantAndChecksAccuracy) {
   }
 }
 
+// An explicit path that cannot run for one of the variants is refused before
+// any is timed, with the message `run` gives (it once ran materialized on the
+// portable kernels under --gemm tensorcore).
+TEST(Benchmark, RefusesAPathThatCannotRun) {
+  BenchConfig bc;
+  bc.problem.B = 1; bc.problem.T = 128; bc.problem.H = 1; bc.problem.DK = 64; bc.problem.DV = 64; bc.problem.chunk = 64;
+  bc.dtype = DType::bf16;
+  bc.variants = {Variant::fused, Variant::materialized};
+  bc.gemm = GemmPath::tensor_core;
+  bc.reps = 1;
+  bc.warmup = 0;
+  try {
+    run_benchmark(bc);
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("--gemm tensorcore is not available"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace linattn

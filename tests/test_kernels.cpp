@@ -10,7 +10,7 @@
 #include "kernels/forward.hpp"
 #include "reference/references.hpp"
 
-#include <Kokkos_Core.hpp>  // KOKKOS_ENABLE_CUDA, for the path that automatic picks
+#include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
 #include <tuple>
@@ -31,19 +31,6 @@ const Shape kShapes[] = {
     {2, 70, 1, 24, 40, 64, 16, true, 0.5},     // C = 64 with T = 70, several DV blocks (16, 16, 8)
     {1, 45, 2, 20, 12, 16, 8, true, 0.3},      // DK 20: the state pass's 8-row tiles overhang DK; DV blocks 8, 4
 };
-
-// The path `automatic` resolves to on this build's default execution space.
-GemmPath automatic_path(Variant variant) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  // No shape here suits the tensor-core kernel (DK 64 or 128, chunk 64); the
-  // register-blocked kernels take fused and materialized off the host.
-  return variant == Variant::fused || variant == Variant::materialized ? GemmPath::registers
-                                                                       : GemmPath::kokkos_kernels;
-#else
-  (void)variant;
-  return GemmPath::host_tile;
-#endif
-}
 
 class KernelMatchesReference : public ::testing::TestWithParam<std::tuple<Variant, DType, GemmPath>> {};
 
@@ -72,7 +59,9 @@ TEST_P(KernelMatchesReference, OnEveryShape) {
         const ForwardOutput out =
             run_forward(p, cfg, in.q, in.k, in.v, s.initial_state ? &in.initial_state : nullptr);
         SCOPED_TRACE(std::string("out ") + dtype_name(out.o.dtype) + ", snapshots " + dtype_name(out.h.dtype));
-        ASSERT_EQ(out.gemm, gemm == GemmPath::automatic ? automatic_path(variant) : gemm);
+        // The path that ran is the one the rule picks (tests/test_path_choice.cpp tests the rule).
+        ASSERT_EQ(out.gemm, choose_forward_path(p, cfg, dtype).path);
+        if (gemm != GemmPath::automatic) ASSERT_EQ(out.gemm, gemm);
         ASSERT_EQ(out.o.dtype, fp32_out ? DType::f32 : dtype);
         ASSERT_EQ(out.h.shape, p.h_shape());
         ASSERT_EQ(out.final_state.dtype, accumulation_dtype(dtype));

@@ -6,6 +6,7 @@
 #include "app/text_table.hpp"
 #include "benchmark/benchmark.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/path_choice.hpp"
 
 #include <nlohmann/json.hpp>
 
@@ -51,7 +52,7 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::IsMember({"fused", "materialized", "recompute", "recurrent"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length: 16, 32, 64 or 128")->capture_default_str();
-  cmd->add_option("--gemm", o->gemm, "Tile products: auto, kokkoskernels, tensorcore, hosttile or registers")
+  cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
   cmd->add_option("--snapshots", o->snapshots, "Snapshot dtype: bf16 (as fla stores h), fp32 or none")
@@ -64,7 +65,8 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--warmup", o->warmup, "Untimed runs first")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--block-dv", o->block_dv, "DV block width (0: chosen)")->capture_default_str();
   cmd->add_option("--segments", o->segments,
-                  "Tensor-core kernel: split each sequence into this many segments (1: never, 0: chosen)")
+                  "Tensor-core kernel: split each sequence into this many segments (1: never, 0: chosen; "
+                  "more than 1 is refused where another path runs)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO; the register-blocked state pass sizes its own)")->capture_default_str();

@@ -2,6 +2,7 @@
 #include "app/batch_run.hpp"
 #include "app/command.hpp"
 #include "app/report.hpp"
+#include "kernels/path_choice.hpp"
 #include "pipeline/memory_budget.hpp"
 
 #include <sys/resource.h>
@@ -38,10 +39,7 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_flag("--normalize", o->normalize,
                 "Divide o by scale * q . (z0 + cumsum(k)) + 1e-10 (fla's normalize=True); writes z_state [N, H, DK] "
                 "and reads a case's z_state dataset as z0");
-  cmd->add_option("--gemm", o->gemm,
-                  "Tile products: auto (tensor cores where available: CUDA, fused, fp16/bf16, chunk 64), "
-                  "kokkoskernels (portable KokkosBatched tile GEMMs), tensorcore, hosttile (host backends) or "
-                  "registers (portable register-blocked fused kernel)")
+  cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::IsMember({16, 32, 64, 128}))->capture_default_str();

@@ -62,6 +62,18 @@ std::vector<double> slice_to_host(const DeviceView4<T>& x, std::int64_t tokens) 
   return std::vector<double>(host.data(), host.data() + tokens * D);
 }
 
+ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
+  ForwardConfig cfg;
+  cfg.variant = variant;
+  cfg.gemm = bc.gemm;
+  cfg.snapshots = bc.snapshots;
+  cfg.output_fp32 = bc.output_fp32;
+  cfg.block_dv = bc.block_dv;
+  cfg.segments = bc.segments;
+  cfg.team_size = bc.team_size;
+  return cfg;
+}
+
 template <class In, class Out, class Snap>
 BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -98,18 +110,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   const DType out_dtype = bc.output_fp32 ? DType::f32 : in_dtype;
   const DType snap_dtype = snapshot_dtype(in_dtype, bc.snapshots);
   for (Variant variant : bc.variants) {
-    ForwardConfig cfg;
-    cfg.variant = variant;
-    cfg.gemm = bc.gemm;
-    cfg.snapshots = bc.snapshots;
-    cfg.output_fp32 = bc.output_fp32;
-    cfg.block_dv = bc.block_dv;
-    cfg.segments = bc.segments;
-    cfg.team_size = bc.team_size;
-    if (bc.gemm == GemmPath::tensor_core && variant == Variant::fused) {
-      const std::string why = tensor_core_unavailable<In, Out, Snap>(p, cfg);
-      if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
-    }
+    const ForwardConfig cfg = forward_config(bc, variant);
     Kokkos::deep_copy(views.o, quiet_nan<Out>());  // poisoned: the accuracy check sees unwritten elements
     VariantRun run;
     for (int i = 0; i < bc.warmup; ++i) run = run_variant(p, cfg, views);
@@ -178,6 +179,8 @@ double measure_copy_bandwidth(std::size_t bytes, int reps) {
 BenchReport run_benchmark(const BenchConfig& bc) {
   validate(bc.problem);
   if (bc.reps < 1) throw std::invalid_argument("reps must be at least 1");
+  // Every variant's path is checked before any is timed, with run's checks and messages.
+  for (Variant variant : bc.variants) check_forward(bc.problem, forward_config(bc, variant), bc.dtype);
   const bool gpu = !std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
   const double copy_gbps = measure_copy_bandwidth(gpu ? (std::size_t(2) << 30) : (std::size_t(512) << 20), gpu ? 10 : 5);
   BenchReport report;

@@ -22,27 +22,6 @@ SnapshotMode parse_snapshot_mode(const std::string& s) {
   throw std::invalid_argument("unknown snapshot mode '" + s + "' (expected fp32, bf16 or none)");
 }
 
-const char* gemm_path_name(GemmPath g) {
-  switch (g) {
-    case GemmPath::automatic: return "auto";
-    case GemmPath::kokkos_kernels: return "kokkoskernels";
-    case GemmPath::tensor_core: return "tensorcore";
-    case GemmPath::host_tile: return "hosttile";
-    case GemmPath::registers: return "registers";
-  }
-  return "?";
-}
-
-GemmPath parse_gemm_path(const std::string& s) {
-  if (s == "auto") return GemmPath::automatic;
-  if (s == "kokkoskernels") return GemmPath::kokkos_kernels;
-  if (s == "tensorcore") return GemmPath::tensor_core;
-  if (s == "hosttile") return GemmPath::host_tile;
-  if (s == "registers") return GemmPath::registers;
-  throw std::invalid_argument("unknown gemm path '" + s +
-                              "' (expected auto, kokkoskernels, tensorcore, hosttile or registers)");
-}
-
 DType output_dtype(DType input, const ForwardConfig& config) { return config.output_fp32 ? DType::f32 : input; }
 
 DType snapshot_dtype(DType input, SnapshotMode mode) {
@@ -55,29 +34,6 @@ void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, con
   if (t.shape != expected)
     throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
                                 shape_string(expected));
-}
-
-template <class In, class Out>
-void check_paths(const Problem& p, const ForwardConfig& c) {
-  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
-  if (c.gemm == GemmPath::tensor_core) {  // explicit request: refuse loudly rather than fall back
-    const std::string why = c.snapshots == SnapshotMode::bf16 ? tensor_core_unavailable<In, Out, bf16_t>(p, c)
-                                                              : tensor_core_unavailable<In, Out, Acc>(p, c);
-    if (!why.empty()) throw std::invalid_argument("--gemm tensorcore is not available: " + why);
-    if (p.varlen()) throw std::invalid_argument("--gemm tensorcore is not available: packed sequences (cu_seqlens)");
-  }
-  if (c.gemm == GemmPath::registers) {
-    const std::string why = register_forward_unavailable<In, Acc>(p, c);
-    if (!why.empty()) throw std::invalid_argument("--gemm registers is not available: " + why);
-  }
-  if (c.gemm == GemmPath::host_tile && !host_execution)
-    throw std::invalid_argument("--gemm hosttile is not available: the default execution space is not a host space");
-}
-
-template <class In>
-void check_paths_for_output(const Problem& p, const ForwardConfig& c) {
-  if (c.output_fp32) check_paths<In, float>(p, c);
-  else check_paths<In, In>(p, c);
 }
 
 template <class In, class Out>
@@ -98,16 +54,22 @@ ForwardOutput with_output_type(const Problem& p, const ForwardConfig& c, const T
 
 }  // namespace
 
+PathChoice choose_forward_path(const Problem& p, const ForwardConfig& config, DType input) {
+  switch (input) {
+    case DType::f16: return choose_path_here<fp16_t>(p, config);
+    case DType::bf16: return choose_path_here<bf16_t>(p, config);
+    case DType::f32: return choose_path_here<float>(p, config);
+    case DType::f64: return choose_path_here<double>(p, config);
+  }
+  throw std::invalid_argument("unsupported dtype");
+}
+
 void check_forward(const Problem& p, const ForwardConfig& config, DType input) {
   validate(p);
   if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
   if (config.segments < 0 || config.segments > 65535) throw std::invalid_argument("segments must be in 0..65535");
-  switch (input) {
-    case DType::f16: return check_paths_for_output<fp16_t>(p, config);
-    case DType::bf16: return check_paths_for_output<bf16_t>(p, config);
-    case DType::f32: return check_paths_for_output<float>(p, config);
-    case DType::f64: return check_paths_for_output<double>(p, config);
-  }
+  const PathChoice choice = choose_forward_path(p, config, input);
+  if (!choice.ok()) throw std::invalid_argument(choice.refusal);
 }
 
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,

@@ -8,6 +8,7 @@
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "core/variant.hpp"
+#include "kernels/path_choice.hpp"
 
 #include <cstdint>
 #include <string>
@@ -21,17 +22,6 @@ enum class SnapshotMode {
 };
 const char* snapshot_mode_name(SnapshotMode m);
 SnapshotMode parse_snapshot_mode(const std::string& s);  // fp32|fp64|acc, bf16, none
-
-// How tile products are computed: the portable KokkosBatched team GEMMs, the
-// CUDA tensor-core kernel (fused variant, fp16/bf16 inputs, chunk 64), the
-// register-blocked host tile GEMM (host execution spaces, every variant), or
-// the portable register-blocked kernels (every backend; fused and
-// materialized: register_tiles.hpp). automatic takes tensor cores where they
-// can run, the host tile GEMM on the host, the register-blocked kernels for
-// fused and materialized on other backends, and KokkosBatched for the rest.
-enum class GemmPath { automatic, kokkos_kernels, tensor_core, host_tile, registers };
-const char* gemm_path_name(GemmPath g);
-GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorcore, hosttile, registers
 
 struct ForwardConfig {
   Variant variant = Variant::fused;
@@ -58,9 +48,12 @@ struct ForwardOutput {
 DType output_dtype(DType input, const ForwardConfig& config);
 DType snapshot_dtype(DType input, SnapshotMode mode);  // meaningless for none
 
+// The tile-product path run_variant takes on this build for this problem, or
+// why none can: choose_path (path_choice.hpp) over this build's facts.
+PathChoice choose_forward_path(const Problem& p, const ForwardConfig& config, DType input);
+
 // The checks of run_forward that need no tensors: the problem, the options,
-// and an explicitly requested tile-product path that cannot run here
-// (std::invalid_argument saying why).
+// and choose_forward_path's refusal (std::invalid_argument saying why).
 void check_forward(const Problem& p, const ForwardConfig& config, DType input);
 
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws

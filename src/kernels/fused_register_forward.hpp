@@ -98,19 +98,13 @@ struct FusedRegisterForward {
   }
 };
 
-// Empty when the register-blocked kernels can run this problem; otherwise why not.
+// The plan. choose_path (path_choice.hpp) has refused every problem without
+// one before a kernel launches, so a missing plan here is a caller's bug.
 template <class In, class Acc>
-std::string register_forward_unavailable(const Problem& p, const ForwardConfig& config) {
-  if (config.variant != Variant::fused && config.variant != Variant::materialized)
-    return "only the fused and materialized variants have register-blocked kernels";
-  return register_tiles::make_plan<In, Acc>(p, config.block_dv, config.team_size).unavailable;
-}
-
-// The plan, or std::invalid_argument saying why there is none.
-template <class In, class Acc>
-register_tiles::Plan register_plan_or_throw(const Problem& p, std::int64_t block_dv, int team_size) {
+register_tiles::Plan register_plan(const Problem& p, std::int64_t block_dv, int team_size) {
   const register_tiles::Plan plan = register_tiles::make_plan<In, Acc>(p, block_dv, team_size);
-  if (!plan.unavailable.empty()) throw std::invalid_argument("--gemm registers is not available: " + plan.unavailable);
+  if (!plan.unavailable.empty())
+    throw std::logic_error("register-blocked kernel launched without a plan: " + plan.unavailable);
   return plan;
 }
 
@@ -121,7 +115,7 @@ ScratchPlan run_fused_registers(const Problem& p, const Views& views, const Sequ
   using Kernel = FusedRegisterForward<Views>;
   using In = typename Kernel::In;
   using Acc = typename Kernel::Acc;
-  const register_tiles::Plan plan = register_plan_or_throw<In, Acc>(p, block_dv, team_size);
+  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size);
   const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);

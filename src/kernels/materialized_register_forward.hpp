@@ -143,7 +143,7 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
                                             const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
-  const register_tiles::Plan plan = register_plan_or_throw<In, Acc>(p, block_dv, team_size);
+  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size);
   const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
             H = static_cast<int>(p.H), w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));

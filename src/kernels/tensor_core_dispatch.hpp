@@ -1,13 +1,13 @@
-// Chooses between the portable KokkosBatched tile GEMMs and the CUDA
-// tensor-core kernel for the fused variant, and runs the latter over the
-// Kokkos Views on Kokkos' own stream.
+// Runs the CUDA tensor-core kernel of the fused variant over the Kokkos Views
+// on Kokkos' own stream. Whether it runs is choose_path's answer
+// (path_choice.hpp), not this file's.
 #pragma once
 
 #include "core/half_types.hpp"
 #include "kernels/forward.hpp"
 #include "kernels/forward_views.hpp"
 
-#include <string>
+#include <stdexcept>
 #include <type_traits>
 
 #if defined(KOKKOS_ENABLE_CUDA)
@@ -15,29 +15,6 @@
 #endif
 
 namespace linattn {
-
-// Empty when the tensor-core kernel can run this (variant, types, shape) here;
-// otherwise the reason it cannot.
-template <class In, class Out, class Snap>
-std::string tensor_core_unavailable(const Problem& p, const ForwardConfig& config) {
-#if defined(KOKKOS_ENABLE_CUDA)
-  if (!std::is_same<ExecSpace, Kokkos::Cuda>::value) return "the default execution space is not CUDA";
-  if (config.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
-  if (p.varlen()) return "packed variable-length batches run on the TeamPolicy kernels";
-  if (!std::is_same<In, bf16_t>::value && !std::is_same<In, fp16_t>::value) return "inputs are not fp16 or bf16";
-  if (!cuda::fused_tensor_core_supports(static_cast<int>(p.chunk), static_cast<int>(p.DK), static_cast<int>(p.DV)))
-    return "the tensor-core kernel needs chunk 64, DK 64 or 128 and DV a multiple of 32";
-  if (config.block_dv != 0 && config.block_dv != 32 && config.block_dv != 64 && config.block_dv != 128)
-    return "the tensor-core kernel takes block_dv 32, 64 or 128";
-  if (config.block_dv != 0 && p.DV % config.block_dv != 0) return "DV is not a multiple of block_dv";
-  if (p.B * p.H > 65535) return "B * H exceeds the CUDA grid limit";
-  return {};
-#else
-  (void)p;
-  (void)config;
-  return "linattn was built without CUDA";
-#endif
-}
 
 #if defined(KOKKOS_ENABLE_CUDA)
 template <class T>

@@ -661,11 +661,6 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, int segments, cud
 
 }  // namespace detail
 
-// Whether the tensor-core kernel handles this shape (else use the portable path).
-inline bool fused_tensor_core_supports(int chunk, int DK, int DV) {
-  return chunk == detail::kChunk && (DK == 64 || DK == 128) && DV % 32 == 0;
-}
-
 // Block width: the widest of 128, 64, 32 that divides DV and still gives
 // about a block per SM; wider blocks read each Q and K tile once for more DV
 // columns, and the kernel is bound by that L2 traffic (measured with ncu).
@@ -696,6 +691,8 @@ struct FusedTensorCorePlan {
 };
 
 // block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses either.
+// Which problems come here is choose_path's rule (kernels/path_choice.cpp);
+// the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
 FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
                                           cudaStream_t stream) {

@@ -1,0 +1,112 @@
+#include "kernels/path_choice.hpp"
+
+#include <stdexcept>
+#include <utility>
+
+namespace linattn {
+
+const char* gemm_path_name(GemmPath g) {
+  switch (g) {
+    case GemmPath::automatic: return "auto";
+    case GemmPath::kokkos_kernels: return "kokkoskernels";
+    case GemmPath::tensor_core: return "tensorcore";
+    case GemmPath::host_tile: return "hosttile";
+    case GemmPath::registers: return "registers";
+  }
+  return "?";
+}
+
+GemmPath parse_gemm_path(const std::string& s) {
+  if (s == "auto") return GemmPath::automatic;
+  if (s == "kokkoskernels") return GemmPath::kokkos_kernels;
+  if (s == "tensorcore") return GemmPath::tensor_core;
+  if (s == "hosttile") return GemmPath::host_tile;
+  if (s == "registers") return GemmPath::registers;
+  throw std::invalid_argument("unknown gemm path '" + s +
+                              "' (expected auto, kokkoskernels, tensorcore, hosttile or registers)");
+}
+
+namespace {
+
+// The shapes the tensor-core kernel is compiled for (src/kernels/cuda/fused_tensor_core.hpp).
+constexpr const char* kTensorCoreShape = "chunk 64, DK 64 or 128 and DV a multiple of 32";
+bool tensor_core_shape(const PathFacts& f) { return f.chunk == 64 && (f.DK == 64 || f.DK == 128) && f.DV % 32 == 0; }
+
+// Its grid has one row per (batch, head): CUDA's limit on grid rows.
+constexpr std::int64_t kMaxGridRows = 65535;
+
+// Empty when the tensor-core kernel can run these facts; otherwise why not.
+std::string tensor_core_refusal(const PathFacts& f) {
+  if (f.backend != Backend::cuda)
+    return std::string("the tensor-core kernel needs the CUDA backend, and the kernels run on ") +
+           (f.backend == Backend::host ? "the host" : "another device");
+  if (f.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
+  if (f.packed) return "the tensor-core kernel takes plain batches, not packed sequences (cu_seqlens)";
+  if (f.input != DType::f16 && f.input != DType::bf16)
+    return std::string("the tensor-core kernel takes fp16 or bf16 inputs, not ") + dtype_name(f.input);
+  if (!tensor_core_shape(f))
+    return std::string("the tensor-core kernel needs ") + kTensorCoreShape + " (here chunk " + std::to_string(f.chunk) +
+           ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
+  if (f.block_dv != 0 && f.block_dv != 32 && f.block_dv != 64 && f.block_dv != 128)
+    return "the tensor-core kernel takes block_dv 32, 64 or 128, not " + std::to_string(f.block_dv);
+  if (f.block_dv != 0 && f.DV % f.block_dv != 0)
+    return "DV " + std::to_string(f.DV) + " is not a multiple of block_dv " + std::to_string(f.block_dv);
+  if (f.B * f.H > kMaxGridRows)
+    return "B * H = " + std::to_string(f.B * f.H) + " exceeds the CUDA grid limit of " + std::to_string(kMaxGridRows);
+  return {};
+}
+
+// Empty when the register-blocked kernels can run these facts; otherwise why not.
+std::string register_refusal(const PathFacts& f) {
+  if (f.variant != Variant::fused && f.variant != Variant::materialized)
+    return "only the fused and materialized variants have register-blocked kernels";
+  return f.register_plan_refusal;
+}
+
+PathChoice refuse(std::string why) { return {GemmPath::kokkos_kernels, std::move(why)}; }
+
+}  // namespace
+
+PathChoice choose_path(const PathFacts& f) {
+  const std::string tensor_cores = tensor_core_refusal(f);
+  GemmPath path = f.requested;
+  switch (f.requested) {
+    case GemmPath::tensor_core:
+      if (!tensor_cores.empty()) return refuse("--gemm tensorcore is not available: " + tensor_cores);
+      break;
+    case GemmPath::registers: {
+      const std::string why = register_refusal(f);
+      if (!why.empty()) return refuse("--gemm registers is not available: " + why);
+      break;
+    }
+    case GemmPath::host_tile:
+      if (f.backend != Backend::host)
+        return refuse("--gemm hosttile is not available: the default execution space is not a host space");
+      break;
+    case GemmPath::kokkos_kernels: break;
+    case GemmPath::automatic:
+      if (tensor_cores.empty()) path = GemmPath::tensor_core;
+      else if (f.backend == Backend::host) path = GemmPath::host_tile;
+      else if (register_refusal(f).empty()) path = GemmPath::registers;
+      else path = GemmPath::kokkos_kernels;
+      break;
+  }
+  if (f.segments > 1 && path != GemmPath::tensor_core)
+    return refuse("segments > 1 splits sequences on the tensor-core kernel only, which does not run here (" +
+                  (tensor_cores.empty() ? std::string("--gemm ") + gemm_path_name(f.requested) + " was asked for"
+                                        : tensor_cores) +
+                  ")");
+  return {path, {}};
+}
+
+std::string gemm_option_help() {
+  return std::string("Tile products. auto: tensorcore where it can run, else hosttile on host backends, else "
+                     "registers (fused and materialized, when their tiles fit the team scratch), else "
+                     "kokkoskernels. tensorcore: CUDA, fused, fp16/bf16 inputs, ") +
+         kTensorCoreShape + ", block_dv 32, 64 or 128 dividing DV (or 0), B * H <= " + std::to_string(kMaxGridRows) +
+         ", plain (not packed) batches. registers: portable register-blocked kernels, fused and materialized. "
+         "hosttile: host backends, every variant. kokkoskernels: portable KokkosBatched tile GEMMs, every backend "
+         "and variant. A choice other than auto that cannot run is refused with the reason";
+}
+
+}  // namespace linattn

@@ -1,0 +1,449 @@
+// The one rule that picks the tile-product path (src/kernels/path_choice.hpp),
+// case by case. The backend is a fact, so the CUDA cases run on every build.
+// Each case starts from facts that take the tensor-core kernel (or, on the
+// host, the host tile GEMM) and changes one thing.
+#include "kernels/forward.hpp"
+#include "kernels/path_choice.hpp"
+#include "kernels/path_choice_here.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace linattn {
+namespace {
+
+// bf16, fused, chunk 64, DK 128, DV 128, plain batch, on CUDA: the tensor-core kernel's home.
+PathFacts on_cuda() {
+  PathFacts f;
+  f.backend = Backend::cuda;
+  f.variant = Variant::fused;
+  f.requested = GemmPath::automatic;
+  f.input = DType::bf16;
+  f.chunk = 64;
+  f.DK = 128;
+  f.DV = 128;
+  f.B = 8;
+  f.H = 16;
+  return f;
+}
+
+PathFacts on_host() {
+  PathFacts f = on_cuda();
+  f.backend = Backend::host;
+  return f;
+}
+
+PathFacts asking(PathFacts f, GemmPath requested) {
+  f.requested = requested;
+  return f;
+}
+
+GemmPath path_of(const PathFacts& f) {
+  const PathChoice c = choose_path(f);
+  EXPECT_TRUE(c.ok()) << c.refusal;
+  return c.path;
+}
+
+// The refusal's message; fails the test when the facts are not refused.
+std::string refusal_of(const PathFacts& f) {
+  const PathChoice c = choose_path(f);
+  EXPECT_FALSE(c.ok()) << "ran on " << gemm_path_name(c.path);
+  return c.refusal;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// --- CUDA, automatic -------------------------------------------------------
+
+TEST(PathChoice, Bf16FusedChunk64Dk128OnCudaTakesTensorCores) {
+  EXPECT_EQ(path_of(on_cuda()), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, Fp16Dk64OnCudaTakesTensorCores) {
+  PathFacts f = on_cuda();
+  f.input = DType::f16;
+  f.DK = 64;
+  f.DV = 96;  // a multiple of 32, not of 64
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, Chunk32OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.chunk = 32;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, Dk32OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.DK = 32;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, Dv48OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.DV = 48;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+// Until a packed tensor-core kernel lands.
+TEST(PathChoice, PackedOnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.packed = true;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, Fp32OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.input = DType::f32;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, Fp64OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.input = DType::f64;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, MaterializedOnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.variant = Variant::materialized;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, RecomputeOnCudaTakesKokkosKernels) {
+  PathFacts f = on_cuda();
+  f.variant = Variant::recompute;
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+}
+
+TEST(PathChoice, RecurrentOnCudaIsRecordedAsKokkosKernels) {
+  PathFacts f = on_cuda();
+  f.variant = Variant::recurrent;
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+}
+
+TEST(PathChoice, BlockDv32Or64Or128DividingDvKeepsTensorCores) {
+  for (std::int64_t w : {32, 64, 128}) {
+    PathFacts f = on_cuda();
+    f.block_dv = w;
+    EXPECT_EQ(path_of(f), GemmPath::tensor_core) << "block_dv " << w;
+  }
+}
+
+TEST(PathChoice, BlockDv48OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.block_dv = 48;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, BlockDv64NotDividingDv96TakesRegisters) {
+  PathFacts f = on_cuda();
+  f.DV = 96;
+  f.block_dv = 64;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+// The tensor-core grid has one row per (batch, head), at most 65535.
+TEST(PathChoice, BTimesH65535KeepsTensorCores) {
+  PathFacts f = on_cuda();
+  f.B = 4369;
+  f.H = 15;  // 65535
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, BTimesH65536IsNotTensorCores) {
+  PathFacts f = on_cuda();
+  f.B = 4096;
+  f.H = 16;  // 65536
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, RegisterPlanRefusedTakesKokkosKernelsUnderAuto) {
+  PathFacts f = on_cuda();
+  f.chunk = 32;
+  f.register_plan_refusal = "the tiles need more team scratch than the backend offers";
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+}
+
+// The register plan matters only off the tensor-core kernel.
+TEST(PathChoice, RegisterPlanRefusedKeepsTensorCores) {
+  PathFacts f = on_cuda();
+  f.register_plan_refusal = "the tiles need more team scratch than the backend offers";
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+// --- other devices (HIP, SYCL): no tensor cores, no host tiles ---------------
+
+TEST(PathChoice, OtherDeviceTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.backend = Backend::other_device;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+}
+
+TEST(PathChoice, OtherDeviceRecomputeTakesKokkosKernels) {
+  PathFacts f = on_cuda();
+  f.backend = Backend::other_device;
+  f.variant = Variant::recompute;
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+}
+
+// --- host backends -----------------------------------------------------------
+
+TEST(PathChoice, HostTakesHostTiles) {
+  for (Variant v : {Variant::fused, Variant::materialized, Variant::recompute}) {
+    PathFacts f = on_host();
+    f.variant = v;
+    EXPECT_EQ(path_of(f), GemmPath::host_tile) << variant_name(v);
+  }
+}
+
+// The register-blocked kernels run on the host only when asked for.
+TEST(PathChoice, HostWithRegisterPlanStillTakesHostTiles) {
+  PathFacts f = on_host();
+  f.input = DType::f32;
+  f.chunk = 32;
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
+}
+
+TEST(PathChoice, RecurrentOnHostIsRecordedAsHostTiles) {
+  PathFacts f = on_host();
+  f.variant = Variant::recurrent;
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
+}
+
+TEST(PathChoice, HostWithKokkosKernelsTakesKokkosKernels) {
+  EXPECT_EQ(path_of(asking(on_host(), GemmPath::kokkos_kernels)), GemmPath::kokkos_kernels);
+}
+
+TEST(PathChoice, HostWithRegistersTakesRegisters) {
+  EXPECT_EQ(path_of(asking(on_host(), GemmPath::registers)), GemmPath::registers);
+}
+
+TEST(PathChoice, HostWithHostTileTakesHostTiles) {
+  PathFacts f = asking(on_host(), GemmPath::host_tile);
+  f.variant = Variant::recurrent;
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
+}
+
+// --- explicit requests run as asked or are refused ---------------------------
+
+TEST(PathChoice, KokkosKernelsOnCudaWhereTensorCoresFit) {
+  EXPECT_EQ(path_of(asking(on_cuda(), GemmPath::kokkos_kernels)), GemmPath::kokkos_kernels);
+}
+
+TEST(PathChoice, RegistersOnCudaWhereTensorCoresFit) {
+  EXPECT_EQ(path_of(asking(on_cuda(), GemmPath::registers)), GemmPath::registers);
+}
+
+TEST(PathChoice, TensorCoreOnCudaTakesTensorCores) {
+  EXPECT_EQ(path_of(asking(on_cuda(), GemmPath::tensor_core)), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, TensorCoreOnHostIsRefusedNamingCuda) {
+  const std::string why = refusal_of(asking(on_host(), GemmPath::tensor_core));
+  EXPECT_TRUE(contains(why, "--gemm tensorcore is not available")) << why;
+  EXPECT_TRUE(contains(why, "CUDA")) << why;
+}
+
+TEST(PathChoice, TensorCoreOnOtherDeviceIsRefusedNamingCuda) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.backend = Backend::other_device;
+  EXPECT_TRUE(contains(refusal_of(f), "CUDA"));
+}
+
+TEST(PathChoice, MaterializedWithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.variant = Variant::materialized;
+  const std::string why = refusal_of(f);
+  EXPECT_TRUE(contains(why, "--gemm tensorcore is not available: only the fused variant")) << why;
+}
+
+TEST(PathChoice, RecomputeWithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.variant = Variant::recompute;
+  EXPECT_TRUE(contains(refusal_of(f), "only the fused variant"));
+}
+
+TEST(PathChoice, RecurrentWithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.variant = Variant::recurrent;
+  EXPECT_TRUE(contains(refusal_of(f), "only the fused variant"));
+}
+
+TEST(PathChoice, PackedWithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.packed = true;
+  EXPECT_TRUE(contains(refusal_of(f), "packed"));
+}
+
+TEST(PathChoice, Fp32WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.input = DType::f32;
+  EXPECT_TRUE(contains(refusal_of(f), "fp16 or bf16 inputs, not fp32"));
+}
+
+TEST(PathChoice, Chunk32WithTensorCoreIsRefusedWithTheShapeRule) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.chunk = 32;
+  const std::string why = refusal_of(f);
+  EXPECT_TRUE(contains(why, "chunk 64, DK 64 or 128 and DV a multiple of 32 (here chunk 32")) << why;
+}
+
+TEST(PathChoice, BlockDv48WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.block_dv = 48;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 32, 64 or 128, not 48"));
+}
+
+TEST(PathChoice, BlockDvNotDividingDvWithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.DV = 96;
+  f.block_dv = 64;
+  EXPECT_TRUE(contains(refusal_of(f), "DV 96 is not a multiple of block_dv 64"));
+}
+
+TEST(PathChoice, BTimesH65536WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.B = 4096;
+  f.H = 16;
+  EXPECT_TRUE(contains(refusal_of(f), "grid limit"));
+}
+
+TEST(PathChoice, HostTileOnCudaIsRefused) {
+  EXPECT_TRUE(contains(refusal_of(asking(on_cuda(), GemmPath::host_tile)), "--gemm hosttile is not available"));
+}
+
+TEST(PathChoice, HostTileOnOtherDeviceIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::host_tile);
+  f.backend = Backend::other_device;
+  EXPECT_TRUE(contains(refusal_of(f), "--gemm hosttile is not available"));
+}
+
+TEST(PathChoice, RegisterPlanRefusedIsTheRefusalUnderRegisters) {
+  PathFacts f = asking(on_cuda(), GemmPath::registers);
+  f.register_plan_refusal = "the tiles need more team scratch than the backend offers";
+  EXPECT_EQ(refusal_of(f), "--gemm registers is not available: the tiles need more team scratch than the backend offers");
+}
+
+TEST(PathChoice, RecomputeWithRegistersIsRefused) {
+  PathFacts f = asking(on_host(), GemmPath::registers);
+  f.variant = Variant::recompute;
+  EXPECT_TRUE(contains(refusal_of(f), "--gemm registers is not available: only the fused and materialized variants"));
+}
+
+TEST(PathChoice, RecurrentWithRegistersIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::registers);
+  f.variant = Variant::recurrent;
+  EXPECT_TRUE(contains(refusal_of(f), "only the fused and materialized variants"));
+}
+
+// --- segments: only the tensor-core kernel splits sequences ------------------
+
+TEST(PathChoice, SegmentsOnTensorCoresRun) {
+  PathFacts f = on_cuda();
+  f.segments = 4;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, SegmentsOneRunsAnywhere) {
+  PathFacts f = on_host();
+  f.segments = 1;
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
+}
+
+TEST(PathChoice, SegmentsOffTensorCoresAreRefusedWithTheReason) {
+  PathFacts f = on_cuda();
+  f.chunk = 32;
+  f.segments = 2;
+  const std::string why = refusal_of(f);
+  EXPECT_TRUE(contains(why, "tensor-core kernel only")) << why;
+  EXPECT_TRUE(contains(why, "chunk 64")) << why;
+}
+
+TEST(PathChoice, SegmentsWithKokkosKernelsOnCudaAreRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::kokkos_kernels);
+  f.segments = 2;
+  EXPECT_TRUE(contains(refusal_of(f), "--gemm kokkoskernels was asked for"));
+}
+
+TEST(PathChoice, SegmentsOnHostAreRefused) {
+  PathFacts f = on_host();
+  f.segments = 2;
+  EXPECT_TRUE(contains(refusal_of(f), "tensor-core kernel only"));
+}
+
+// --- the same rule everywhere ----------------------------------------------
+
+// The --gemm help states the tensor-core shape with the words of the refusal.
+TEST(PathChoice, HelpStatesTheTensorCoreRule) {
+  const std::string help = gemm_option_help();
+  EXPECT_TRUE(contains(help, "chunk 64, DK 64 or 128 and DV a multiple of 32")) << help;
+  EXPECT_TRUE(contains(help, "B * H <= 65535")) << help;
+}
+
+// This build's facts: the backend of Kokkos' default execution space.
+TEST(PathChoice, ThisBuildsBackend) {
+#if defined(KOKKOS_ENABLE_CUDA)
+  EXPECT_EQ(kernel_backend(), Backend::cuda);
+#else
+  EXPECT_EQ(kernel_backend(), host_execution ? Backend::host : Backend::other_device);
+#endif
+}
+
+// This build's facts of a problem and its options, each from where it lives.
+TEST(PathChoice, ThisBuildsFacts) {
+  Problem p;
+  p.B = 1; p.T = 100; p.H = 3; p.DK = 64; p.DV = 96; p.chunk = 32;
+  p.cu_seqlens = {0, 40, 100};
+  ForwardConfig cfg;
+  cfg.variant = Variant::materialized;
+  cfg.gemm = GemmPath::registers;
+  cfg.block_dv = 32;
+  cfg.segments = 2;
+  const PathFacts f = path_facts_here<bf16_t>(p, cfg);
+  EXPECT_EQ(f.backend, kernel_backend());
+  EXPECT_EQ(f.variant, Variant::materialized);
+  EXPECT_EQ(f.requested, GemmPath::registers);
+  EXPECT_EQ(f.input, DType::bf16);
+  EXPECT_EQ(f.chunk, 32);
+  EXPECT_EQ(f.DK, 64);
+  EXPECT_EQ(f.DV, 96);
+  EXPECT_EQ(f.B, 1);
+  EXPECT_EQ(f.H, 3);
+  EXPECT_TRUE(f.packed);
+  EXPECT_EQ(f.block_dv, 32);
+  EXPECT_EQ(f.segments, 2);
+  EXPECT_EQ(f.register_plan_refusal, "");
+  EXPECT_EQ(path_facts_here<float>(p, cfg).input, DType::f32);
+  EXPECT_EQ(path_facts_here<double>(p, cfg).input, DType::f64);
+  EXPECT_EQ(path_facts_here<fp16_t>(p, cfg).input, DType::f16);
+  p.cu_seqlens.clear();
+  p.B = 2;
+  EXPECT_FALSE(path_facts_here<bf16_t>(p, cfg).packed);
+  EXPECT_EQ(path_facts_here<bf16_t>(p, cfg).B, 2);
+  cfg.team_size = 2;  // too few threads for the register tiles on every backend
+  EXPECT_EQ(path_facts_here<bf16_t>(p, cfg).register_plan_refusal,
+            (register_tiles::make_plan<bf16_t, float>(p, 32, 2).unavailable));
+  EXPECT_NE(path_facts_here<bf16_t>(p, cfg).register_plan_refusal, "");
+}
+
+// check_forward (run, bench, run_forward) refuses with choose_path's message.
+TEST(PathChoice, CheckForwardThrowsTheRefusal) {
+  Problem p;
+  p.B = 1; p.T = 64; p.H = 1; p.DK = 64; p.DV = 64; p.chunk = 64;
+  ForwardConfig cfg;
+  cfg.variant = Variant::materialized;
+  cfg.gemm = GemmPath::tensor_core;
+  const PathChoice choice = choose_forward_path(p, cfg, DType::bf16);
+  ASSERT_FALSE(choice.ok());
+  try {
+    check_forward(p, cfg, DType::bf16);
+    ADD_FAILURE() << "expected std::invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()), choice.refusal);
+  }
+}
+
+}  // namespace
+}  // namespace linattn
