@@ -2,7 +2,7 @@
 // generated file, the outputs checked here against the fp64 reference too;
 // verify fails on tampered outputs and on the wrong input; a batch with a bad
 // input exits non-zero after finishing the good cases; ledger prints the
-// seed's table; every subcommand has --help.
+// specification's cost table; every subcommand has --help.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "io/input_file.hpp"
@@ -247,7 +247,7 @@ TEST_F(CliEndToEnd, PackedSequencesNormalizedRunVerify) {
 TEST_F(CliEndToEnd, LedgerPrintsTheSeedTable) {
   const Exit e = linattn_cli(dir, "ledger --dk 64 --dv 64 --chunk 64 --seq 512,2048,8192,16384,65536");
   ASSERT_EQ(e.code, 0) << e.output;
-  // Seed 000 section 6.3 (N, NC, redundancy, step 1, ideal, causal FA, ratios), then section 6.4.2's sequential pass.
+  // The specification's cost table (N, NC, redundancy, step 1, ideal, causal FA, ratios), then its sequential pass.
   const std::vector<std::vector<std::string>> seed = {
       {"512", "8", "3.5x", "0.015", "0.017", "0.034", "0.438", "0.500", "0.004"},
       {"2048", "32", "15.5x", "0.260", "0.067", "0.537", "0.484", "0.125", "0.017"},

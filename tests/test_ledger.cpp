@@ -1,5 +1,5 @@
-// The FLOP/byte ledger reproduces seed 000's tables (sections 6.3, 6.4.2, 6.4.3)
-// to the printed digits.
+// The FLOP/byte ledger reproduces the cost tables linattn was specified with
+// (their values are written out below) to the printed digits.
 #include "core/ledger.hpp"
 
 #include <gtest/gtest.h>

@@ -19,13 +19,13 @@ struct RefCase {
 
 std::vector<RefCase> reference_cases() {
   std::vector<RefCase> cases;
-  Problem seed_tiny;  // seed 000 section 3.4: B=2, H=2, N=12, D=4, BC=4
+  Problem seed_tiny;  // the specification's tiny case: B=2, H=2, N=12, D=4, BC=4
   seed_tiny.B = 2; seed_tiny.T = 12; seed_tiny.H = 2; seed_tiny.DK = 4; seed_tiny.DV = 4; seed_tiny.chunk = 4;
   cases.push_back({seed_tiny, false});
   Problem ragged = seed_tiny;  // T % C != 0, DK != DV, scale != 1, initial state
   ragged.T = 45; ragged.DK = 6; ragged.DV = 10; ragged.chunk = 16; ragged.scale = 0.37;
   cases.push_back({ragged, true});
-  Problem seed_d;  // seed 000 section 3.4, reference D: B=2, S=256, H=3, DK=64, DV=128, C=64
+  Problem seed_d;  // the specification's reference-D case: B=2, S=256, H=3, DK=64, DV=128, C=64
   seed_d.B = 2; seed_d.T = 256; seed_d.H = 3; seed_d.DK = 64; seed_d.DV = 128; seed_d.chunk = 64;
   cases.push_back({seed_d, false});
   return cases;

@@ -1,4 +1,4 @@
-// linattn ledger: the FLOP and byte ledger of seed 000 sections 6.3 and 6.4.2.
+// linattn ledger: the FLOP and byte ledger (src/core/ledger.hpp) per sequence length.
 #include "app/command.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
@@ -16,7 +16,7 @@ Command add_ledger_command(CLI::App& parent) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
       "ledger",
-      "Print the FLOP/byte ledger per sequence length N (seed 000 section 6.3 and 6.4.2): the redundant prefix "
+      "Print the FLOP/byte ledger per sequence length N: the redundant prefix "
       "rebuild of the recompute form, the ideal chunked form and causal FlashAttention, in GFLOP; the "
       "sequential state pass; the minimum bytes for bf16 inputs and outputs with fp32 snapshots.");
   cmd->add_option("--dk", o->dk, "Key dimension DK")->check(CLI::PositiveNumber)->capture_default_str();

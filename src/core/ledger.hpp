@@ -1,5 +1,5 @@
-// The FLOP and byte ledger (seed 000 sections 6.1-6.4): what each forward form
-// computes and the minimum data it must move. Counts follow the seed's
+// The FLOP and byte ledger (the cost model linattn was specified with): what each forward form
+// computes and the minimum data it must move. Counts follow that model's
 // conventions: a GEMM of m x k by k x n costs 2mkn, intra-chunk products are
 // counted as full C x C tiles, and the causal FlashAttention reference is the
 // masked half of the N x N score and output products.

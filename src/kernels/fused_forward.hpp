@@ -1,4 +1,4 @@
-// The `fused` variant (seed 000 section 6.4.2): league over (DV block,
+// The `fused` variant (README.md "The variants"): league over (DV block,
 // batch*head); the chunk loop runs inside the team with the state strip
 // S[:, dv block] kept in team scratch; o and the snapshot h[c] are written as
 // the loop passes. Each chunk costs one K^T V: FLOPs linear in T. The league

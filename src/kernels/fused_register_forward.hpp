@@ -6,7 +6,7 @@
 // scores and of the output. Per chunk:
 //   stage Q, K^T, V | dS = K^T V, A = scale tril(Q K^T) | S into R2 |
 //   h[c] = S, O = scale Q S | A into R1 | O += A V, store o | S += dS
-// (the state update after the output: the right shift of seed 000 6.4.2).
+// (the state update after the output, as in the chunk recurrence of README.md "The math").
 #pragma once
 
 #include "kernels/forward.hpp"

@@ -1,4 +1,4 @@
-// The `materialized` variant (seed 000 section 6.4.3, fla's chunk_fwd_h +
+// The `materialized` variant (README.md "The variants", fla's chunk_fwd_h +
 // chunk_fwd_o): kernel 1 walks the chunks of each (DV block, batch*head) and
 // stores every snapshot h[c]; kernel 2 computes o for all chunks in parallel
 // from those snapshots. h round-trips through device memory, in the snapshot

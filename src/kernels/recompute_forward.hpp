@@ -1,4 +1,4 @@
-// The `recompute` variant (seed 000 section 4): league over (chunk, DV block,
+// The `recompute` variant (README.md "The variants"): league over (chunk, DV block,
 // batch*head); every team rebuilds the prefix state of its chunk from scratch,
 // (NT - 1) / 2 redundant K^T V per chunk on average. Kept to show the O(T^2)
 // cost of putting the sequence axis into the league. The chunk axis of the

@@ -1,4 +1,4 @@
-// The `recurrent` variant (seed 001 section 3.2): token by token,
+// The `recurrent` variant (README.md "The math", first two lines): token by token,
 // S += k_t v_t^T, then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
 // FLOPs per head, no tile products): for decode-style workloads and short
 // sequences. League over (DV block, sequence*head); each thread of the team

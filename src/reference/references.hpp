@@ -1,5 +1,5 @@
-// fp64 host references for the linear-attention forward (seed 000 section 3,
-// seed 001 section 3). Plain loops, no Kokkos: they are the ground truth every
+// fp64 host references for the linear-attention forward (the recurrences of
+// README.md "The math"). Plain loops, no Kokkos: they are the ground truth every
 // kernel and every output file is checked against.
 //
 // Inputs are row-major fp64 arrays: q, k [B, T, H, DK], v [B, T, H, DV],
@@ -36,7 +36,7 @@ struct Result {
 Result recurrent(const Problem& p, const Inputs& in);
 
 // Where the state update sits relative to the output of a chunk. Only
-// after_output is correct; the others reproduce the seed's classic mistakes so
+// after_output is correct; the others reproduce the classic mistakes the specification warns of so
 // that tests can prove the checks would catch them.
 enum class Ordering { correct, inclusive_prefix };
 
@@ -44,18 +44,18 @@ enum class Ordering { correct, inclusive_prefix };
 Result chunked(const Problem& p, const Inputs& in, Ordering ordering = Ordering::correct);
 
 // C: every chunk rebuilds its own prefix state (loop structure of the
-// recompute kernel, seed 000 section 4).
+// recompute kernel).
 Result recompute(const Problem& p, const Inputs& in);
 
 enum class UpdatePlacement { after_output, before_output };
 
 // D: DV split into blocks of block_dv columns, sequential chunk loop, state
-// update after the write-back (seed 000 section 6.4.2). The result is bitwise
+// update after the write-back (the chunk recurrence of README.md "The math"). The result is bitwise
 // independent of block_dv.
 Result sequential(const Problem& p, const Inputs& in, std::int64_t block_dv,
                   UpdatePlacement placement = UpdatePlacement::after_output);
 
-// Parallel masked form O = scale * (((Q K^T) .* M) V + Q S0) (seed 001 3.1);
+// Parallel masked form O = scale * (((Q K^T) .* M) V + Q S0) (the token recurrence summed in closed form);
 // h and final_state are the direct prefix sums of k v^T.
 Result parallel(const Problem& p, const Inputs& in);
 

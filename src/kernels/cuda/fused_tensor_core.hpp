@@ -9,7 +9,7 @@
 // variant interface; the TeamPolicy kernel stays the portable implementation.
 //
 // One block owns (DV block of BV columns, batch*head) and walks the chunks in
-// order (seed 000 section 6.4.2); with few sequences, one segment of them
+// order (README.md "The variants"); with few sequences, one segment of them
 // (split sequences: segment_split.hpp, and segment_sum_kernel below). It has
 // groups of 4 warps that share the Q and K tiles, each group owning 32 DV
 // columns (16 for DK 64 in blocks of 64); warp w of a group does
