@@ -9,14 +9,22 @@ on the same shapes, and prints one table: shape, fla ms, each linattn variant ms
 ratio to fla, percent of the copy-bandwidth floor, and the relative L2 of o against
 an fp64 reference for each.
 
+With --seqlens N the rows are packed batches (shape 1,T,H,D; B = 1): the T tokens cut at
+N - 1 uniform random points (seeded), the same cuts for both (linattn gets them as
+--seqlens L1,L2,...), fla with cu_seqlens. With --normalize both normalize o (fla's
+chunk_linear_attn(normalize=True) is then the fla time; q and k drawn in (0, 1) for both,
+as feature maps give them).
+
 fla is not a dependency of linattn: it is imported from the folder given with --fla
 (the folder that holds the `fla` package).
 
     python3 bench/compare_fla.py --fla .fla --linattn build-cuda/linattn --json results.json
+    python3 bench/compare_fla.py --fla .fla --linattn .gpu/linattn --shape 1,65536,16,128 --seqlens 32
 """
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -24,12 +32,28 @@ import tempfile
 SHAPES = ["8,4096,16,128", "8,16384,16,128", "1,32768,32,128", "8,16384,16,64", "32,2048,16,128"]
 
 
-def fp64_reference_o(q, k, v, scale):
-    """o for the (b=0, h=0) slice by the parallel form in fp64: ((Q K^T) .* M) V."""
+def fp64_reference_o(q, k, v, scale, cuts=None, normalize=False):
+    """o for the (b=0, h=0) slice by the parallel form in fp64: ((Q K^T) .* M) V, with M
+    causal within each sequence of the slice (cuts: its sequence starts), and with
+    normalize divided by scale q_t . cumsum(k)_t + 1e-10."""
     import torch
     q0, k0, v0 = (x[0, :, 0].double() for x in (q, k, v))
-    a = torch.tril(q0 @ k0.T) * scale
-    return a @ v0
+    T = q0.shape[0]
+    starts = sorted(set([0] + [c for c in (cuts or []) if 0 < c < T])) + [T]
+    o = torch.empty_like(v0)
+    for a_, b_ in zip(starts[:-1], starts[1:]):
+        qs, ks, vs = q0[a_:b_], k0[a_:b_], v0[a_:b_]
+        a = torch.tril(qs @ ks.T) * scale
+        o[a_:b_] = a @ vs
+        if normalize:
+            o[a_:b_] /= (scale * (qs * torch.cumsum(ks, 0)).sum(-1, keepdim=True) + 1e-10)
+    return o
+
+
+def random_cuts(T, n, seed):
+    """N - 1 distinct uniform random cut points of T tokens -> cu_seqlens [0, ..., T]."""
+    rng = random.Random(seed)
+    return [0] + sorted(rng.sample(range(1, T), n - 1)) + [T]
 
 
 def rel_l2(x, ref):
@@ -40,7 +64,7 @@ def rel_l2(x, ref):
     return (torch.linalg.norm(x - ref) / torch.linalg.norm(ref)).item()
 
 
-def time_fla(shape, reps_ms, slice_tokens, dtype):
+def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
     import torch
     import triton
     from fla.ops.common.chunk_h import chunk_fwd_h
@@ -50,24 +74,29 @@ def time_fla(shape, reps_ms, slice_tokens, dtype):
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(1234)
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
-    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
+    signed = not normalize  # normalized: q, k in (0, 1)
+    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2 if signed else 1).sub_(1 if signed else 0)
+            .to(torch_dtype) for _ in range(2))
     v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype)
     scale = 1.0
+    cu_seqlens = None if cu is None else torch.tensor(cu, dtype=torch.long, device="cuda")
 
     def h_then_o():
-        h, ht = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64)
-        return chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64), h, ht
+        h, ht = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64, cu_seqlens=cu_seqlens)
+        return chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64, cu_seqlens=cu_seqlens), h, ht
 
     def linear_attn():
-        return chunk_linear_attn(q, k, v, scale=scale, output_final_state=True, normalize=False)
+        return chunk_linear_attn(q, k, v, scale=scale, output_final_state=True, normalize=normalize,
+                                 cu_seqlens=cu_seqlens)
 
     o, h, _ = h_then_o()
     o2, _ = linear_attn()
     torch.cuda.synchronize()
     tokens = min(T, slice_tokens)
-    ref = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale)
+    ref = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu)
     err = rel_l2(o[0, :tokens, 0], ref)
-    err2 = rel_l2(o2[0, :tokens, 0], ref)
+    ref2 = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu, normalize) if normalize else ref
+    err2 = rel_l2(o2[0, :tokens, 0], ref2)
     ms = triton.testing.do_bench(h_then_o, warmup=25, rep=reps_ms, return_mode="median")
     ms2 = triton.testing.do_bench(linear_attn, warmup=25, rep=reps_ms, return_mode="median")
     return {"fla_ms": ms, "fla_o_rel_l2": err, "fla_linear_attn_ms": ms2, "fla_linear_attn_o_rel_l2": err2,
@@ -85,6 +114,9 @@ def main():
     ap.add_argument("--reps", type=int, default=20, help="linattn timed repetitions (median)")
     ap.add_argument("--fla-rep-ms", type=int, default=200, help="do_bench rep time in ms")
     ap.add_argument("--accuracy-tokens", type=int, default=1024)
+    ap.add_argument("--seqlens", type=int, help="packed rows: N sequences at uniform random cut points (B must be 1)")
+    ap.add_argument("--seed", type=int, default=7, help="seed of the cut points")
+    ap.add_argument("--normalize", action="store_true", help="normalized rows (fla: chunk_linear_attn(normalize=True))")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))
@@ -97,27 +129,43 @@ def main():
     for s in shapes:
         dims = [int(x) for x in s.split(",")]
         shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
-        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype)
+        cu = None
+        if args.seqlens:
+            if shape[0] != 1:
+                sys.exit("--seqlens packs sequences into one row: B must be 1")
+            cu = random_cuts(shape[1], args.seqlens, args.seed)
+        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu, args.normalize)
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
         cmd = [args.linattn, "bench", "--shape", s, "--dtype", args.dtype, "--variants", args.variants,
                "--gemm", args.gemm, "--snapshots", "bf16", "--reps", str(args.reps),
                "--accuracy-tokens", str(args.accuracy_tokens), "--json", out]
+        if cu:
+            cmd += ["--seqlens", ",".join(str(b - a) for a, b in zip(cu[:-1], cu[1:]))]
+        if args.normalize:
+            cmd += ["--normalize"]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         with open(out) as f:
             lin = json.load(f)
         os.unlink(out)
-        rows.append({"shape": shape, "fla": fla_row, "linattn": lin})
+        rows.append({"shape": shape, "fla": fla_row, "linattn": lin, "num_sequences": len(cu) - 1 if cu else shape[0],
+                     "longest": max(b - a for a, b in zip(cu[:-1], cu[1:])) if cu else shape[1]})
 
     print()
-    print(f"inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
+    mode = (f"packed ({args.seqlens} sequences, uniform random cuts, seed {args.seed}); " if args.seqlens else "") + \
+        ("normalized (fla time: chunk_linear_attn(normalize=True)); " if args.normalize else "")
+    print(f"{mode}inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
           f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
     print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; "
           "floor = minimum bytes (q,k,v read once; o, h bf16 written once) / copy bandwidth")
+    # The fla time the ratios are taken against: h + o, or chunk_linear_attn when normalized.
+    key, l2 = ("fla_linear_attn_ms", "fla_linear_attn_o_rel_l2") if args.normalize else ("fla_ms", "fla_o_rel_l2")
     head = ["shape B,T,H,DK,DV", "floor ms", "fla h+o ms", "fla %floor", "fla linear_attn ms", "fla o L2"]
+    if args.seqlens:
+        head[0] += " (N, longest)"
     variants = args.variants.split(",")
     for v in variants:
         head += [f"{v} ms", f"{v}/fla", f"{v} %floor", f"{v} o L2"]
@@ -126,16 +174,17 @@ def main():
         lin = {x["variant"]: x for x in r["linattn"]["rows"]}
         floor = next(iter(lin.values()))["floor_ms"]
         f = r["fla"]
-        cells = [",".join(map(str, r["shape"])), f"{floor:.3f}", f"{f['fla_ms']:.3f}", f"{100 * floor / f['fla_ms']:.1f}",
-                 f"{f['fla_linear_attn_ms']:.3f}", f"{f['fla_o_rel_l2']:.2e}"]
+        name = ",".join(map(str, r["shape"])) + (f" ({r['num_sequences']}, {r['longest']})" if args.seqlens else "")
+        cells = [name, f"{floor:.3f}", f"{f['fla_ms']:.3f}", f"{100 * floor / f[key]:.1f}",
+                 f"{f['fla_linear_attn_ms']:.3f}", f"{f[l2]:.2e}"]
         for v in variants:
             x = lin[v]
-            cells += [f"{x['median_ms']:.3f} ({x['gemm']})", f"{x['median_ms'] / f['fla_ms']:.2f}",
+            cells += [f"{x['median_ms']:.3f} ({x['gemm']})", f"{x['median_ms'] / f[key]:.2f}",
                       f"{100 * x['copy_fraction']:.1f}", f"{x['o_rel_l2']:.2e}"]
         print(" | ".join(cells))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            json.dump({"dtype": args.dtype, "seqlens": args.seqlens, "seed": args.seed, "normalize": args.normalize, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                        "cuda": torch.version.cuda, "rows": rows}, fh, indent=2)
 
 

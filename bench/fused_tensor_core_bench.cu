@@ -8,10 +8,16 @@
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fused_tensor_core_bench.cu -o tc_bench
 //   ./tc_bench B T H DK DV [block_dv] [reps] [group_width] [segments]
+//
+// With TC_PACKED=N two more rows: the same batch as one packed row cut every
+// T tokens ("packed": the same bits as mma.sync, since the memory is the
+// same), and the B*T tokens cut at N-1 uniform random points ("random": time
+// only; its o differs, as its sequences do).
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "wgmma/fused_wgmma.hpp"
 
 #include <algorithm>
+#include <random>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,7 +64,10 @@ int main(int argc, char** argv) {
   const int segments_arg = argc > 9 ? std::atoi(argv[9]) : 0;  // mma.sync kernel: 1 whole sequences, 0 chooses
   const int NT = (T + 63) / 64;
   const std::size_t nq = std::size_t(B) * T * H * DK, nv = std::size_t(B) * T * H * DV;
-  const std::size_t nh = std::size_t(B) * NT * H * DK * DV, ns = std::size_t(B) * H * DK * DV;
+  // A packed row of N sequences has up to N - 1 more chunks (a ragged end each) and N states.
+  const int packed_extra = std::getenv("TC_PACKED") ? std::atoi(std::getenv("TC_PACKED")) : 0;
+  const std::size_t nh = (std::size_t(B) * NT + packed_extra) * H * DK * DV,
+                    ns = std::size_t(std::max(B, packed_extra)) * H * DK * DV;
   __nv_bfloat16 *q, *k, *v, *o, *h;
   float* fs;
   CHECK(cudaMalloc(&q, nq * 2));
@@ -107,11 +116,32 @@ int main(int argc, char** argv) {
   std::vector<const char*> kernels{"mma.sync"};
   if (segments_arg != 1) kernels.push_back("split");
   if (std::getenv("TC_WGMMA")) kernels.push_back("wgmma");
+  const int packed_n = std::getenv("TC_PACKED") ? std::atoi(std::getenv("TC_PACKED")) : 0;
+  std::vector<std::int64_t> uniform_cuts, random_cuts;
+  if (packed_n > 0) {
+    kernels.push_back("packed");
+    kernels.push_back("random");
+    for (int b = 0; b <= B; ++b) uniform_cuts.push_back(std::int64_t(b) * T);
+    std::mt19937_64 gen(7);
+    std::uniform_int_distribution<std::int64_t> cut(1, std::int64_t(B) * T - 1);
+    random_cuts = {0, std::int64_t(B) * T};
+    for (int i = 1; i < packed_n; ++i) random_cuts.push_back(cut(gen));
+    std::sort(random_cuts.begin(), random_cuts.end());
+  }
   for (const char* kernel : kernels) {
     const bool wgmma = kernel[0] == 'w';
     int segments = 1;
     auto run = [&] {
       if (wgmma) return linattn::cuda::run_fused_wgmma<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(args, block_dv, sms, 0, group_width);
+      if (kernel[0] == 'p' || kernel[0] == 'r') {
+        linattn::cuda::FusedTensorCoreArgs row = args;
+        row.T = B * T;
+        row.B = 1;
+        const auto plan = linattn::cuda::run_fused_tensor_core<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(
+            row, block_dv, segments_arg, sms, 0, kernel[0] == 'p' ? &uniform_cuts : &random_cuts);
+        segments = plan.segments;
+        return plan.block_dv;
+      }
       const auto plan = linattn::cuda::run_fused_tensor_core<__nv_bfloat16, __nv_bfloat16, __nv_bfloat16>(
           args, block_dv, kernel[0] == 's' ? segments_arg : 1, sms, 0);
       segments = plan.segments;

@@ -26,6 +26,16 @@ for step in $steps; do
     compare-fp16)  # the same, fp16 inputs (fla keeps h in fp16, linattn in bf16: 16 bits both)
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp16 \
         --json "$LOGS/compare-fla-fp16.json" 2>&1 | tee "$LOGS/compare-fla-fp16.txt" ;;
+    compare-packed)  # the three packed batches of issue 14 beside fla with cu_seqlens, same cuts, same run
+      : > "$LOGS/compare-fla-packed.txt"
+      for batch in "1,65536,16,128 32" "1,131072,8,128 256" "1,32768,32,64 8"; do
+        set -- $batch
+        python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --shape "$1" \
+          --seqlens "$2" --json "$LOGS/compare-fla-packed-$2.json" 2>&1 | tee -a "$LOGS/compare-fla-packed.txt"
+      done ;;
+    compare-normalize)  # the five shapes normalized, beside fla's chunk_linear_attn(normalize=True)
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --normalize \
+        --json "$LOGS/compare-fla-normalize.json" 2>&1 | tee "$LOGS/compare-fla-normalize.txt" ;;
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;

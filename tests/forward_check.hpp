@@ -40,7 +40,9 @@ inline ForwardOutput expect_matches_reference(const Problem& p, const ForwardCon
   EXPECT_EQ(out.o.shape, p.o_shape());
   EXPECT_EQ(out.final_state.shape, p.state_shape());
   const bool reads_bf16 = cfg.variant == Variant::materialized && cfg.snapshots == SnapshotMode::bf16;
-  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), output_level(dtype, out.o.dtype, reads_bf16)) << "o";
+  // The tensor-core kernel's split operands add their own small level (accuracy_levels.hpp).
+  const double split = out.gemm == GemmPath::tensor_core ? tensor_core_split_level(dtype) : 0.0;
+  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), output_level(dtype, out.o.dtype, reads_bf16) + split) << "o";
   if (cfg.snapshots != SnapshotMode::none) {
     EXPECT_EQ(out.h.shape, p.h_shape());
     EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype)) << "h";

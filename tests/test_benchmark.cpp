@@ -35,6 +35,34 @@ TEST(Benchmark, TimesEachVariantAndChecksAccuracy) {
   }
 }
 
+// `bench --seqlens --normalize`: a packed, normalized batch is timed on the
+// path `run` takes (tensor cores on CUDA builds, for the fused variant) and its
+// o checked against the fp64 reference of the slice's sequences (a reference
+// that ignored the cuts or the normalization would be far off).
+TEST(Benchmark, PackedAndNormalizedBatchesAreCheckedAgainstTheirReference) {
+  BenchConfig bc;
+  bc.problem.B = 1; bc.problem.T = 700; bc.problem.H = 2; bc.problem.DK = 64; bc.problem.DV = 64; bc.problem.chunk = 64;
+  bc.problem.cu_seqlens = {0, 1, 64, 130, 500, 700};
+  bc.dtype = DType::bf16;
+  bc.variants = {Variant::fused, Variant::materialized};
+  bc.snapshots = SnapshotMode::bf16;
+  bc.output_fp32 = true;
+  bc.reps = 2;
+  bc.warmup = 1;
+  bc.accuracy_tokens = 600;  // cuts the fourth sequence
+  for (bool normalize : {false, true}) {
+    bc.normalize = normalize;
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 2u);
+    for (const VariantTiming& row : r.rows) {
+      SCOPED_TRACE(std::string(variant_name(row.variant)) + (normalize ? " normalized" : ""));
+      EXPECT_GT(row.median_ms, 0.0);
+      // materialized reads its bf16 snapshots back; tensor cores add their split level (docs/NUMERICS.md)
+      EXPECT_LE(row.o_rel_l2, stored_level(DType::bf16, DType::f32) + unit_roundoff(DType::bf16));
+    }
+  }
+}
+
 // An explicit path that cannot run for one of the variants is refused before
 // any is timed, with the message `run` gives (it once ran materialized on the
 // portable kernels under --gemm tensorcore).

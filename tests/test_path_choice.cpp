@@ -86,10 +86,17 @@ TEST(PathChoice, Dv48OnCudaTakesRegisters) {
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
-// Until a packed tensor-core kernel lands.
-TEST(PathChoice, PackedOnCudaTakesRegisters) {
+// Packed batches (cu_seqlens) run on the tensor-core kernel like plain ones.
+TEST(PathChoice, PackedBf16OnCudaTakesTensorCores) {
   PathFacts f = on_cuda();
   f.packed = true;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, PackedFp32OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.packed = true;
+  f.input = DType::f32;
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
@@ -271,10 +278,11 @@ TEST(PathChoice, RecurrentWithTensorCoreIsRefused) {
   EXPECT_TRUE(contains(refusal_of(f), "only the fused variant"));
 }
 
-TEST(PathChoice, PackedWithTensorCoreIsRefused) {
+TEST(PathChoice, PackedWithTensorCoreRuns) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.packed = true;
-  EXPECT_TRUE(contains(refusal_of(f), "packed"));
+  f.segments = 4;  // long packed sequences are split too
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 TEST(PathChoice, Fp32WithTensorCoreIsRefused) {

@@ -10,9 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <random>
 
 namespace linattn {
 namespace {
@@ -26,12 +28,42 @@ Problem parse_bench_shape(const std::string& text) {
   return p;
 }
 
+// --seqlens: "N" cuts the T tokens of the one row at N - 1 uniform random
+// points (distinct, from the seed), as fla's varlen benchmarks draw them;
+// "L1,L2,..." gives the lengths, which must add up to T.
+std::vector<std::int64_t> bench_cu_seqlens(const std::string& text, std::int64_t T, std::uint64_t seed) {
+  const std::vector<std::int64_t> d = parse_integer_list(text, "N or L1,L2,...");
+  std::vector<std::int64_t> cu{0};
+  if (text.find(',') != std::string::npos) {
+    for (std::int64_t len : d) cu.push_back(cu.back() + len);
+    if (cu.back() != T)
+      throw std::invalid_argument("--seqlens lengths add up to " + std::to_string(cu.back()) + ", not T = " + std::to_string(T));
+    return cu;
+  }
+  const std::int64_t N = d.at(0);
+  if (N < 1 || N > T) throw std::invalid_argument("--seqlens N needs 1 <= N <= T (" + std::to_string(T) + ")");
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<std::int64_t> point(1, T - 1);
+  std::vector<std::int64_t> cuts;
+  while (static_cast<std::int64_t>(cuts.size()) < N - 1) {
+    cuts.push_back(point(gen));
+    if (static_cast<std::int64_t>(cuts.size()) == N - 1) {
+      std::sort(cuts.begin(), cuts.end());
+      cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+    }
+  }
+  cu.insert(cu.end(), cuts.begin(), cuts.end());
+  cu.push_back(T);
+  return cu;
+}
+
 }  // namespace
 
 Command add_bench_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> shapes;
-    std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json;
+    std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json, seqlens;
+    bool normalize = false;
     std::vector<std::string> variants = {"fused", "materialized", "recompute"};
     std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
     int segments = 0;
@@ -52,6 +84,11 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::IsMember({"fused", "materialized", "recompute", "recurrent"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length: 16, 32, 64 or 128")->capture_default_str();
+  cmd->add_option("--seqlens", o->seqlens,
+                  "A packed batch (B = 1, like fla's cu_seqlens): N sequences cut at uniform random points from "
+                  "--seed, or the lengths L1,L2,... (adding up to T)");
+  cmd->add_flag("--normalize", o->normalize,
+                "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
@@ -86,6 +123,11 @@ Command add_bench_command(CLI::App& parent) {
               BenchConfig bc;
               bc.problem = parse_bench_shape(s);
               bc.problem.chunk = o->chunk;
+              if (!o->seqlens.empty()) {
+                if (bc.problem.B != 1) throw std::invalid_argument("--seqlens packs sequences into one row: B must be 1");
+                bc.problem.cu_seqlens = bench_cu_seqlens(o->seqlens, bc.problem.T, o->seed);
+              }
+              bc.normalize = o->normalize;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();
               for (const std::string& v : o->variants) bc.variants.push_back(parse_variant(v));
@@ -102,7 +144,9 @@ Command add_bench_command(CLI::App& parent) {
               const BenchReport r = run_benchmark(bc);
               const Problem& p = bc.problem;
               const std::string shape = std::to_string(p.B) + "," + std::to_string(p.T) + "," + std::to_string(p.H) +
-                                        "," + std::to_string(p.DK) + "," + std::to_string(p.DV);
+                                        "," + std::to_string(p.DK) + "," + std::to_string(p.DV) +
+                                        (p.varlen() ? " N=" + std::to_string(p.num_sequences()) : "") +
+                                        (o->normalize ? " norm" : "");
               doc["backend"] = r.backend;
               doc["kokkos_version"] = r.kokkos_version;
               doc["device"] = r.device;
@@ -114,6 +158,9 @@ Command add_bench_command(CLI::App& parent) {
                                       fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
                 doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
                                        {"chunk", p.chunk},
+                                       {"num_sequences", p.num_sequences()},
+                                       {"packed", p.varlen()},
+                                       {"normalize", o->normalize},
                                        {"dtype", o->dtype},
                                        {"out_dtype", o->out_dtype},
                                        {"snapshots", o->snapshots},

@@ -34,15 +34,16 @@ std::string device_name() {
   return "host (" + kokkos_backend_name() + ")";
 }
 
-// Uniform in [-1, 1) without exact zeros, rounded to T, generated on the device.
+// Uniform in [-1, 1) without exact zeros (positive: in (0, 1)), rounded to T,
+// generated on the device.
 template <class T>
-void fill_random(const DeviceView4<T>& x, std::uint64_t seed) {
+void fill_random(const DeviceView4<T>& x, std::uint64_t seed, bool positive) {
   Kokkos::Random_XorShift64_Pool<ExecSpace> pool(seed);
   T* data = x.data();
   Kokkos::parallel_for(
       "linattn::bench::fill_random", Kokkos::RangePolicy<ExecSpace>(0, x.size()), KOKKOS_LAMBDA(const std::size_t i) {
         auto gen = pool.get_state();
-        double r = gen.drand(-1.0, 1.0);
+        double r = gen.drand(positive ? 0.0 : -1.0, 1.0);
         pool.free_state(gen);
         if (r == 0.0) r = 0.5;
         data[i] = from_acc<T>(r);
@@ -68,6 +69,7 @@ ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
   cfg.gemm = bc.gemm;
   cfg.snapshots = bc.snapshots;
   cfg.output_fp32 = bc.output_fp32;
+  cfg.normalize = bc.normalize;
   cfg.block_dv = bc.block_dv;
   cfg.segments = bc.segments;
   cfg.team_size = bc.team_size;
@@ -83,42 +85,62 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   DeviceView4<In> q(Kokkos::view_alloc(std::string("q"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
   DeviceView4<In> k(Kokkos::view_alloc(std::string("k"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
   DeviceView4<In> v(Kokkos::view_alloc(std::string("v"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
-  fill_random(q, derive_seed(bc.seed, 1));
-  fill_random(k, derive_seed(bc.seed, 2));
-  fill_random(v, derive_seed(bc.seed, 3));
+  // Normalized attention divides by q . cumsum(k): with signed q and k that
+  // sum crosses zero somewhere and o there is noise in any precision, so
+  // normalized benchmarks draw positive q and k, as feature maps give them.
+  fill_random(q, derive_seed(bc.seed, 1), bc.normalize);
+  fill_random(k, derive_seed(bc.seed, 2), bc.normalize);
+  fill_random(v, derive_seed(bc.seed, 3), false);
   ForwardViews<In, Out, Snap, Acc> views;
   views.q = q;
   views.k = k;
   views.v = v;
   views.o = DeviceView4<Out>(Kokkos::view_alloc(std::string("o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  const std::int64_t N = p.num_sequences();
   views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("final_state"), Kokkos::WithoutInitializing),
-                                       p.B, p.H, p.DK, p.DV);
+                                       N, p.H, p.DK, p.DV);
+  const std::vector<std::int64_t> hs = p.h_shape();
   if (bc.snapshots != SnapshotMode::none)
-    views.h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), p.B,
-                                p.num_chunks(), p.H, p.DK, p.DV);
+    views.h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), hs[0], hs[1], hs[2],
+                                hs[3], hs[4]);
 
-  // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that slice.
+  // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that
+  // slice (and, when packed, on the sequences it cuts, up to its end).
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
   Problem slice = p;
   slice.B = 1;
   slice.H = 1;
   slice.T = tokens;
+  if (p.varlen()) {
+    slice.cu_seqlens.clear();
+    for (std::int64_t c : p.cu_seqlens)
+      if (c < tokens) slice.cu_seqlens.push_back(c);
+    slice.cu_seqlens.push_back(tokens);
+  }
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens);
-  const std::vector<double> o_ref = reference::chunked(slice, {qs, ks, vs, nullptr}).o;
+  const std::vector<double> o_ref = reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o;
 
   const DType in_dtype = bc.dtype;
   const DType out_dtype = bc.output_fp32 ? DType::f32 : in_dtype;
   const DType snap_dtype = snapshot_dtype(in_dtype, bc.snapshots);
   for (Variant variant : bc.variants) {
     const ForwardConfig cfg = forward_config(bc, variant);
+    NormalizeViews<Acc> norm;  // z_state, and o_raw where the path divides in a pass of its own
+    if (bc.normalize) {
+      norm.z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("z_state"), Kokkos::WithoutInitializing), N, p.H, p.DK);
+      if (normalize_writes_raw_o(choose_path_here<In>(p, cfg)))
+        norm.o_raw = DeviceView4<Acc>(Kokkos::view_alloc(std::string("o_raw"), Kokkos::WithoutInitializing), p.B, p.T,
+                                      p.H, p.DV);
+    }
+    auto run_once = [&] { return bc.normalize ? run_variant_normalized(p, cfg, views, norm) : run_variant(p, cfg, views); };
     Kokkos::deep_copy(views.o, quiet_nan<Out>());  // poisoned: the accuracy check sees unwritten elements
     VariantRun run;
-    for (int i = 0; i < bc.warmup; ++i) run = run_variant(p, cfg, views);
+    for (int i = 0; i < bc.warmup; ++i) run = run_once();
     Kokkos::fence();
     std::vector<double> ms;
     for (int i = 0; i < bc.reps; ++i) {
       Kokkos::Timer timer;
-      run = run_variant(p, cfg, views);
+      run = run_once();
       Kokkos::fence();
       ms.push_back(timer.seconds() * 1e3);
     }

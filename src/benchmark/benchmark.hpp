@@ -14,18 +14,19 @@
 namespace linattn {
 
 struct BenchConfig {
-  Problem problem;
+  Problem problem;  // with cu_seqlens: a packed batch (B = 1)
   DType dtype = DType::bf16;
   std::vector<Variant> variants{Variant::fused, Variant::materialized, Variant::recompute};
   GemmPath gemm = GemmPath::automatic;
   SnapshotMode snapshots = SnapshotMode::bf16;  // as fla stores h
   bool output_fp32 = false;
+  bool normalize = false;  // fla's normalize=True (o divided by scale q . cumsum k)
   std::int64_t block_dv = 0;
   int segments = 0;  // tensor-core kernel: 0 chooses
   int team_size = 0;
   int reps = 20;
   int warmup = 3;
-  std::int64_t accuracy_tokens = 1024;  // tokens of (b=0, h=0) checked against fp64
+  std::int64_t accuracy_tokens = 1024;  // tokens of (b=0, h=0) checked against fp64 (their sequences, when packed)
   std::uint64_t seed = 1;
 };
 

@@ -94,12 +94,14 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
     h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("linattn::h"), Kokkos::WithoutInitializing), hs[0], hs[1],
                           hs[2], hs[3], hs[4]);
   // Normalization divides o after the variant ran, so the variant writes o in
-  // the accumulation type (a separate buffer unless Out is that type).
+  // the accumulation type (a separate buffer unless Out is that type), except
+  // on the tensor-core kernel, which divides in its own pass.
   DeviceView4<Acc> o_raw;
   if (config.normalize) {
     if constexpr (std::is_same<Out, Acc>::value) o_raw = o;
-    else o_raw = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::o_unnormalized"), Kokkos::WithoutInitializing),
-                                  p.B, p.T, p.H, p.DV);
+    else if (normalize_writes_raw_o(choose_path_here<In>(p, config)))
+      o_raw = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::o_unnormalized"), Kokkos::WithoutInitializing),
+                               p.B, p.T, p.H, p.DV);
     z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::z_state"), Kokkos::WithoutInitializing), N,
                                p.H, p.DK);
   }
@@ -108,7 +110,7 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
     Kokkos::deep_copy(fs, quiet_nan<Acc>());
     if (h.extent(0) > 0) Kokkos::deep_copy(h, quiet_nan<Snap>());
     if (config.normalize) {
-      Kokkos::deep_copy(o_raw, quiet_nan<Acc>());
+      if (o_raw.extent(0) > 0) Kokkos::deep_copy(o_raw, quiet_nan<Acc>());
       Kokkos::deep_copy(z_state, quiet_nan<Acc>());
     }
   }
@@ -121,16 +123,7 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   timer.reset();
   VariantRun run;
   if (config.normalize) {
-    ForwardViews<In, Acc, Snap, Acc> raw;
-    raw.q = views.q;
-    raw.k = views.k;
-    raw.v = views.v;
-    raw.initial_state = views.initial_state;
-    raw.o = o_raw;
-    raw.h = h;
-    raw.final_state = fs;
-    run = run_variant(p, config, raw);
-    run_normalize<In, Acc, Out>(p, make_sequence_map(p), views.q, views.k, o_raw, o, z0, z_state);
+    run = run_variant_normalized(p, config, views, NormalizeViews<Acc>{o_raw, z0, z_state});
   } else {
     run = run_variant(p, config, views);
   }

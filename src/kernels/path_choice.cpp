@@ -41,7 +41,6 @@ std::string tensor_core_refusal(const PathFacts& f) {
     return std::string("the tensor-core kernel needs the CUDA backend, and the kernels run on ") +
            (f.backend == Backend::host ? "the host" : "another device");
   if (f.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
-  if (f.packed) return "the tensor-core kernel takes plain batches, not packed sequences (cu_seqlens)";
   if (f.input != DType::f16 && f.input != DType::bf16)
     return std::string("the tensor-core kernel takes fp16 or bf16 inputs, not ") + dtype_name(f.input);
   if (!tensor_core_shape(f))
@@ -104,7 +103,7 @@ std::string gemm_option_help() {
                      "registers (fused and materialized, when their tiles fit the team scratch), else "
                      "kokkoskernels. tensorcore: CUDA, fused, fp16/bf16 inputs, ") +
          kTensorCoreShape + ", block_dv 32, 64 or 128 dividing DV (or 0), B * H <= " + std::to_string(kMaxGridRows) +
-         ", plain (not packed) batches. registers: portable register-blocked kernels, fused and materialized. "
+         ", plain or packed batches. registers: portable register-blocked kernels, fused and materialized. "
          "hosttile: host backends, every variant. kokkoskernels: portable KokkosBatched tile GEMMs, every backend "
          "and variant. A choice other than auto that cannot run is refused with the reason";
 }

@@ -9,6 +9,7 @@
 #include "kernels/fused_forward.hpp"
 #include "kernels/materialized_register_forward.hpp"
 #include "kernels/materialized_forward.hpp"
+#include "kernels/normalize_output.hpp"
 #include "kernels/path_choice_here.hpp"
 #include "kernels/recompute_forward.hpp"
 #include "kernels/recurrent_forward.hpp"
@@ -16,6 +17,7 @@
 #include "kernels/tensor_core_dispatch.hpp"
 
 #include <stdexcept>
+#include <type_traits>
 
 namespace linattn {
 
@@ -55,6 +57,55 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
       run.plan = run_recurrent(p, views, seqs, config.block_dv, config.team_size);  // no tile products
       break;
   }
+  return run;
+}
+
+// Normalization's views: z0 ([N, H, DK] or empty), z_state, and o_raw, the
+// unnormalized o in the accumulation type that the portable paths write
+// before normalize_output.hpp divides it (empty where the tensor-core kernel
+// runs: it divides in its own pass, see normalize_writes_raw_o).
+template <class Acc>
+struct NormalizeViews {
+  DeviceView4<Acc> o_raw;
+  DeviceView3<const Acc> z0;
+  DeviceView3<Acc> z_state;
+};
+
+// Whether normalization needs the o_raw buffer on this path.
+inline bool normalize_writes_raw_o(const PathChoice& choice) { return choice.path != GemmPath::tensor_core; }
+
+// run_variant with fla's normalize=True applied to views.o: in the tensor-core
+// kernel's own pass where it runs, else as a pass after the variant.
+template <class Views>
+VariantRun run_variant_normalized(const Problem& p, const ForwardConfig& config, const Views& views,
+                                  const NormalizeViews<typename Views::acc_type>& norm) {
+  using In = typename Views::input_type;
+  using Acc = typename Views::acc_type;
+  const PathChoice choice = choose_path_here<In>(p, config);
+  if (!choice.ok()) throw std::invalid_argument(choice.refusal);
+  if constexpr (std::is_same<Acc, float>::value) {
+    if (!normalize_writes_raw_o(choice)) {
+      const TensorCoreNormalize fused{norm.z0.extent(0) > 0 ? norm.z0.data() : nullptr, norm.z_state.data()};
+      const TensorCoreLaunch launch = run_fused_tensor_core(p, views, config.block_dv, config.segments, &fused);
+      VariantRun run;
+      run.gemm = choice.path;
+      run.plan.block_dv = launch.block_dv;
+      run.segments = launch.segments;
+      return run;
+    }
+  }
+  if (norm.o_raw.extent(0) == 0) throw std::logic_error("normalize on this path needs the o_raw buffer");
+  ForwardViews<In, Acc, typename Views::snapshot_type, Acc> raw;
+  raw.q = views.q;
+  raw.k = views.k;
+  raw.v = views.v;
+  raw.initial_state = views.initial_state;
+  raw.o = norm.o_raw;
+  raw.h = views.h;
+  raw.final_state = views.final_state;
+  const VariantRun run = run_variant(p, config, raw);
+  run_normalize<In, Acc, typename Views::output_type>(p, make_sequence_map(p), views.q, views.k, norm.o_raw, views.o,
+                                                      norm.z0, norm.z_state);
   return run;
 }
 

@@ -36,9 +36,18 @@ struct TensorCoreLaunch {
   int segments = 1;  // per sequence
 };
 
-// Runs the fused variant on tensor cores (segments: 0 chooses); returns what it used.
+// Normalization in the kernel's own pass: z0 ([N, H, DK] or empty) and z_state.
+struct TensorCoreNormalize {
+  const float* initial_z = nullptr;
+  float* z_state = nullptr;
+};
+
+// Runs the fused variant on tensor cores (segments: 0 chooses), over plain or
+// packed batches; with `normalize`, o is divided in the same pass. Returns
+// what it used.
 template <class Views>
-TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments) {
+TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments,
+                                       const TensorCoreNormalize* normalize = nullptr) {
 #if defined(KOKKOS_ENABLE_CUDA)
   using E = typename cuda_element<typename Views::input_type>::type;
   using O = typename cuda_element<typename Views::output_type>::type;
@@ -59,11 +68,16 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
     args.scale = static_cast<float>(p.scale);
+    if (normalize) {
+      args.initial_z = normalize->initial_z;
+      args.z_state = normalize->z_state;
+    }
     int device = 0, sms = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     const cuda::FusedTensorCorePlan plan =
-        cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, sms, ExecSpace().cuda_stream());
+        cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, sms, ExecSpace().cuda_stream(),
+                                             p.varlen() ? &p.cu_seqlens : nullptr);
     return {plan.block_dv, plan.segments};
   }
 #endif
@@ -71,6 +85,7 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
   (void)views;
   (void)block_dv;
   (void)segments;
+  (void)normalize;
   throw std::logic_error("tensor-core kernel requested where it is unavailable");
 }
 

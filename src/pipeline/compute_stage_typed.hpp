@@ -76,7 +76,8 @@ class TypedComputeStage final : public ComputeStage {
     const std::int64_t as0 = with_s0 ? arena_.template take<Acc>(N * state) : -1;
     const std::int64_t az0 = with_z0 ? arena_.template take<Acc>(N * zrow) : -1;
     const std::int64_t azs = s.normalize ? arena_.template take<Acc>(N * zrow) : -1;
-    const std::int64_t araw = s.normalize && !std::is_same<Out, Acc>::value ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
+    const bool raw_o = s.normalize && !std::is_same<Out, Acc>::value && normalize_writes_raw_o(choose_path_here<In>(p, config_));
+    const std::int64_t araw = raw_o ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
     arena_.grow();
     In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.template at<In>(aq);
     In* k = zero_copy ? host_ptr<In>(job.input, l.k) : arena_.template at<In>(ak);
@@ -133,23 +134,22 @@ class TypedComputeStage final : public ComputeStage {
     // The variant (and normalization) on the default execution space.
     timer.reset();
     const std::vector<std::int64_t> hs = p.h_shape();
-    ForwardViews<In, Acc, Snap, Acc> raw;
     ForwardViews<In, Out, Snap, Acc> views;
-    views.q = raw.q = DeviceView4<const In>(q, R, Tw, H, DK);
-    views.k = raw.k = DeviceView4<const In>(k, R, Tw, H, DK);
-    views.v = raw.v = DeviceView4<const In>(v, R, Tw, H, DV);
-    if (s0) views.initial_state = raw.initial_state = DeviceView4<const Acc>(s0, N, H, DK, DV);
-    if (h) views.h = raw.h = DeviceView5<Snap>(h, hs[0], hs[1], hs[2], hs[3], hs[4]);
-    views.final_state = raw.final_state = DeviceView4<Acc>(fs, N, H, DK, DV);
+    views.q = DeviceView4<const In>(q, R, Tw, H, DK);
+    views.k = DeviceView4<const In>(k, R, Tw, H, DK);
+    views.v = DeviceView4<const In>(v, R, Tw, H, DV);
+    if (s0) views.initial_state = DeviceView4<const Acc>(s0, N, H, DK, DV);
+    if (h) views.h = DeviceView5<Snap>(h, hs[0], hs[1], hs[2], hs[3], hs[4]);
+    views.final_state = DeviceView4<Acc>(fs, N, H, DK, DV);
     views.o = DeviceView4<Out>(o, R, Tw, H, DV);
     VariantRun ran;
     if (s.normalize) {
-      if constexpr (std::is_same<Out, Acc>::value) raw.o = views.o;
-      else raw.o = DeviceView4<Acc>(o_raw, R, Tw, H, DV);
-      ran = run_variant(p, config_, raw);
-      run_normalize<In, Acc, Out>(p, make_sequence_map(p), views.q, views.k, raw.o, views.o,
-                                  z0 ? DeviceView3<const Acc>(z0, N, H, DK) : DeviceView3<const Acc>(),
-                                  DeviceView3<Acc>(zs, N, H, DK));
+      NormalizeViews<Acc> norm;
+      if constexpr (std::is_same<Out, Acc>::value) norm.o_raw = views.o;
+      else if (o_raw) norm.o_raw = DeviceView4<Acc>(o_raw, R, Tw, H, DV);
+      if (z0) norm.z0 = DeviceView3<const Acc>(z0, N, H, DK);
+      norm.z_state = DeviceView3<Acc>(zs, N, H, DK);
+      ran = run_variant_normalized(p, config_, views, norm);
     } else {
       ran = run_variant(p, config_, views);
     }

@@ -30,6 +30,7 @@
 // (kSplitState below).
 #pragma once
 
+#include "kernels/cuda/packed_schedule.hpp"
 #include "kernels/cuda/segment_split.hpp"
 
 #include <cuda_bf16.h>
@@ -42,6 +43,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 namespace linattn::cuda {
 
@@ -51,21 +53,81 @@ struct FusedTensorCoreArgs {
   const void* v;
   const float* initial_state;  // [B, H, DK, DV] fp32 or null (zero)
   void* o;                     // [B, T, H, DV], element type = input or fp32
-  void* h;                     // [B, NT, H, DK, DV], bf16 or fp32, or null (not stored)
-  float* final_state;          // [B, H, DK, DV]
+  void* h;                     // [B, NT, H, DK, DV] (packed: [1, chunks, ...]), bf16 or fp32, or null
+  float* final_state;          // [B or N, H, DK, DV]
   int B, T, H, DK, DV;
   float scale;
   // Split sequences (set by run_fused_tensor_core): each block walks
   // seg_chunks chunks of one segment (blockIdx.z), starting from the initial
-  // state plus seg_sums[B*H][segments][DK][DV] (each segment's sum of K^T V)
-  // of the segments before it; 0 walks whole sequences.
+  // state plus the rows of seg_sums[rows * H][DK][DV] (each segment's sum of
+  // K^T V) of the segments before it (BlockWork); 0 walks whole sequences.
   int seg_chunks;
   const float* seg_sums;
+  // Packed batches (cu_seqlens, B = 1): the blocks' walks (packed_schedule.hpp),
+  // blockIdx.x = DV block + (DV / BV) * (head + H * walk); null for plain batches.
+  const TensorCoreWork* work;
+  // fla's normalize=True (fused kernel with kNormalize): o_t is divided by
+  // scale q_t . z_t + 1e-10 before it is stored, z_t = z0 + the keys so far;
+  // initial_z [N, H, DK] or null, z_state [N, H, DK] out; seg_zsums [rows][H][DK]
+  // the key sums of the segments, beside seg_sums.
+  const float* initial_z;
+  float* z_state;
+  const float* seg_zsums;
 };
 
 namespace detail {
 
 constexpr int kChunk = 64;
+
+// Where one block's work lies: its sequence's tokens, snapshots and state rows,
+// its chunks, and the segment sums it starts from. Plain batches are decoded
+// from the grid (DV block, batch * head, segment); packed ones read the walk.
+struct BlockWork {
+  std::size_t token0;   // first token of the sequence in the (packed) row
+  int length;           // its tokens
+  std::size_t h_chunk0; // its first chunk in h
+  int state_row;        // its row of initial_state, final_state, z: sequence * H + head
+  int head, v0;
+  int c_begin, c_end;   // this block's chunks of the sequence
+  int num_chunks;       // the sequence's
+  int sum_row0;         // (row of the first earlier segment's sum) * H + head
+  int seg;              // earlier segments to add
+};
+
+__device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
+  BlockWork w;
+  if (a.work) {
+    const int nbv = a.DV / BV, rest = blockIdx.x / nbv;
+    const TensorCoreWork item = a.work[rest / a.H];
+    w.head = rest % a.H;
+    w.v0 = (blockIdx.x % nbv) * BV;
+    w.token0 = std::size_t(item.token0);
+    w.length = item.length;
+    w.h_chunk0 = std::size_t(item.h_chunk0);
+    w.state_row = item.seq * a.H + w.head;
+    w.num_chunks = (item.length + kChunk - 1) / kChunk;
+    w.c_begin = item.c_begin;
+    w.c_end = item.c_end;
+    w.sum_row0 = item.sum_base * a.H + w.head;
+    w.seg = item.seg;
+    return w;
+  }
+  const int b = blockIdx.y / a.H, segments = gridDim.z;
+  w.head = blockIdx.y % a.H;
+  w.v0 = blockIdx.x * BV;
+  w.token0 = std::size_t(b) * a.T;
+  w.length = a.T;
+  w.num_chunks = (a.T + kChunk - 1) / kChunk;
+  w.h_chunk0 = std::size_t(b) * w.num_chunks;
+  w.state_row = blockIdx.y;
+  w.c_begin = a.seg_chunks ? blockIdx.z * a.seg_chunks : 0;
+  w.c_end = a.seg_chunks ? min(w.num_chunks, w.c_begin + a.seg_chunks) : w.num_chunks;
+  w.sum_row0 = b * segments * a.H + w.head;
+  w.seg = blockIdx.z;
+  return w;
+}
+
+
 constexpr int kGroupWidth = 32;  // DV columns owned by one group of 4 warps
 // The fused kernel's group width. DK 64 in blocks of 64 columns has little
 // work per warp and, as one block per SM, ran on 8 warps per SM: groups of 16
@@ -85,6 +147,7 @@ struct Elem<__nv_bfloat16> {
     return *reinterpret_cast<std::uint32_t*>(&v);
   }
   __device__ static float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+  __device__ static float2 unpack(std::uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
   // (x0, x1) = hi + lo, each a packed pair: one conversion for hi, its halves
   // read back by bit operations (bf16 is the top half of an fp32).
   __device__ static void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
@@ -106,6 +169,7 @@ struct Elem<__half> {
     return *reinterpret_cast<std::uint32_t*>(&v);
   }
   __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
+  __device__ static float2 unpack(std::uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
   __device__ static void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
     hi = pack(x0, x1);
     const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
@@ -169,6 +233,40 @@ __device__ inline void add_tiles(float (&s)[kSMTiles][kNTiles][4], const float (
       for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];
 }
 
+// Normalization's key sums (kNormalize): thread x sums key columns 2p, 2p+1
+// (p = x % (DK/2)) over rows x / (DK/2), + parts, ... of a chunk's K tile;
+// the parts are then added in a fixed order, so the sums are deterministic.
+template <int DK, int kThreads>
+struct KeySumShare {
+  static constexpr int pairs = DK / 2, parts = kThreads / pairs;
+  static_assert(kThreads % pairs == 0 && kChunk % parts == 0, "whole rows per part");
+};
+template <class E, int DK, int kThreads>
+__device__ inline float2 key_sum_part(const E* kt, int k_stride) {
+  using S = KeySumShare<DK, kThreads>;
+  const int p = threadIdx.x % S::pairs;
+  float2 acc = make_float2(0.0f, 0.0f);
+  #pragma unroll 4
+  for (int r = threadIdx.x / S::pairs; r < kChunk; r += S::parts) {
+    const float2 x = Elem<E>::unpack(*reinterpret_cast<const std::uint32_t*>(kt + r * k_stride + 2 * p));
+    acc.x += x.x;
+    acc.y += x.y;
+  }
+  return acc;
+}
+// z + the parts of one pair of columns (thread p < DK/2), parts [S::parts][DK].
+template <int DK, int kThreads>
+__device__ inline float2 add_key_parts(float2 z, const float* parts) {
+  using S = KeySumShare<DK, kThreads>;
+  const int p = threadIdx.x;
+  #pragma unroll
+  for (int j = 0; j < S::parts; ++j) {
+    const float2 x = *reinterpret_cast<const float2*>(parts + j * DK + 2 * p);
+    z.x += x.x;
+    z.y += x.y;
+  }
+  return z;
+}
 
 template <class T>
 __device__ inline void store_pair(T* p, float a, float b);
@@ -201,7 +299,7 @@ constexpr bool kSplitState = sizeof(OutT) == 4;
 template <class E, class OutT, class SnapT>
 constexpr bool kStageSnapshot = sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<OutT>;
 
-template <int DK, int BV, class OutT, bool StagedSnapshot>
+template <int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize>
 struct Layout {
   static constexpr int qk_stride = DK + kPad;
   static constexpr int v_stride = BV + kPad;
@@ -218,14 +316,18 @@ struct Layout {
   static constexpr bool share_scores = BV > kFusedGroupWidth<DK, BV>;
   static constexpr int a_stride = kChunk + kPad;
   static constexpr std::size_t a_bytes = share_scores ? std::size_t(2) * kChunk * a_stride * 2 : 0;
-  static constexpr std::size_t bytes = a_offset + a_bytes;
+  // With normalization, z before the chunk (two buffers of DK fp32: z_s[c & 1]) and the key-sum parts.
+  static constexpr std::size_t z_offset = a_offset + a_bytes;
+  static constexpr std::size_t z_bytes =
+      Normalize ? std::size_t(2 + KeySumShare<DK, kFusedThreads<DK, BV>>::parts) * DK * sizeof(float) : 0;
+  static constexpr std::size_t bytes = z_offset + z_bytes;
 };
 
-template <class E, int DK, int BV, class OutT, class SnapT>
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize>
 __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
-  using L = Layout<DK, BV, OutT, kStaged>;
+  using L = Layout<DK, BV, OutT, kStaged, kNormalize>;
   constexpr int kGW = kFusedGroupWidth<DK, BV>;
   constexpr int kThreads = kFusedThreads<DK, BV>;
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
@@ -266,15 +368,14 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   // runs on scheduler w, so the groups take the row tiles in different orders
   // and each scheduler gets all four (scheduler w: w, 3-w, w+2, 1-w mod 4).
   const int rt = kShareA ? (((grp & 1) ? 3 - warp : warp) + 2 * (grp >> 1)) & 3 : warp;
-  const int T = args.T, H = args.H, DV = args.DV;
-  const int b = blockIdx.y / H, hh = blockIdx.y % H, v0 = blockIdx.x * BV;
-  const int NT = (T + kChunk - 1) / kChunk;
+  const BlockWork work = block_work(args, BV);
+  const int H = args.H, DV = args.DV, hh = work.head, v0 = work.v0;
+  const int T = work.length, NT = work.num_chunks;  // this block's sequence
   // This block's chunks [c_begin, c_end): a whole sequence, or one segment of it.
-  const int c_begin = args.seg_chunks ? blockIdx.z * args.seg_chunks : 0;
-  const int c_end = args.seg_chunks ? min(NT, c_begin + args.seg_chunks) : NT;
-  const E* q = static_cast<const E*>(args.q) + (std::size_t(b) * T * H + hh) * DK;
-  const E* k = static_cast<const E*>(args.k) + (std::size_t(b) * T * H + hh) * DK;
-  const E* v = static_cast<const E*>(args.v) + (std::size_t(b) * T * H + hh) * DV + v0;
+  const int c_begin = work.c_begin, c_end = work.c_end;
+  const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * DK;
+  const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * DK;
+  const E* v = static_cast<const E*>(args.v) + (work.token0 * H + hh) * DV + v0;
   const std::size_t qk_token = std::size_t(H) * DK, v_token = std::size_t(H) * DV;
 
   // Chunk c's tiles into buffer buf as 16-byte asynchronous copies, in
@@ -320,9 +421,9 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
-        s[mt][nt][e] = args.initial_state ? args.initial_state[(std::size_t(blockIdx.y) * DK + row) * DV + v0 + cg + col] : 0.0f;
+        s[mt][nt][e] = args.initial_state ? args.initial_state[(std::size_t(work.state_row) * DK + row) * DV + v0 + cg + col] : 0.0f;
       }
-  for (int j = 0; j < int(blockIdx.z); ++j)  // plus the sums of the segments before this one
+  for (int j = 0; j < work.seg; ++j)  // plus the sums of the segments before this one
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
@@ -330,8 +431,37 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
-          s[mt][nt][e] += args.seg_sums[((std::size_t(blockIdx.y) * gridDim.z + j) * DK + row) * DV + v0 + cg + col];
+          s[mt][nt][e] += args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * DK + row) * DV + v0 + cg + col];
         }
+
+  // Normalization: z before chunk c in z_s[c & 1]; thread p < DK/2 owns its
+  // columns 2p, 2p+1 from the start (z0 + earlier segments' key sums) to
+  // z_state, so that no barrier orders its own reads and writes.
+  float* const z_s = reinterpret_cast<float*>(shared_raw + L::z_offset);  // [2][DK]
+  float* const z_part = z_s + 2 * DK;                                     // [parts][DK]
+  constexpr int kPairs = DK / 2;
+  if constexpr (kNormalize) {
+    if (threadIdx.x < kPairs) {
+      const int d = 2 * threadIdx.x;
+      float2 z = args.initial_z ? *reinterpret_cast<const float2*>(args.initial_z + std::size_t(work.state_row) * DK + d)
+                                : make_float2(0.0f, 0.0f);
+      for (int j = 0; j < work.seg; ++j) {
+        const float2 x = *reinterpret_cast<const float2*>(args.seg_zsums + (std::size_t(work.sum_row0) + std::size_t(j) * H) * DK + d);
+        z.x += x.x;
+        z.y += x.y;
+      }
+      *reinterpret_cast<float2*>(z_s + (c_begin & 1) * DK + d) = z;
+    }
+  }
+  // z after chunk c: the key-sum parts of its K tile (written before the
+  // chunk's middle barrier) added to z before it (after that barrier).
+  auto advance_z = [&](int c) {
+    if (threadIdx.x < kPairs) {
+      const int d = 2 * threadIdx.x;
+      const float2 z = add_key_parts<DK, kThreads>(*reinterpret_cast<const float2*>(z_s + (c & 1) * DK + d), z_part);
+      *reinterpret_cast<float2*>(z_s + ((c + 1) & 1) * DK + d) = z;
+    }
+  };
 
   // Publishes the state: hi/lo 16-bit copies into shared memory for Q S, and
   // the snapshot h[c] (or the final state when c == NT) to device memory.
@@ -355,11 +485,11 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
               *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = Elem<SnapT>::pack(x0, x1);
           }
           if (c == NT) {
-            float* f = args.final_state + ((std::size_t(b) * H + hh) * DK + row) * DV + v0 + cg + col;
+            float* f = args.final_state + (std::size_t(work.state_row) * DK + row) * DV + v0 + cg + col;
             f[0] = x0;
             f[1] = x1;
           } else if (args.h && !snapshots_from_shared && c < c_end) {  // h[c_end] is the next segment's
-            SnapT* p = static_cast<SnapT*>(args.h) + (((std::size_t(b) * NT + c) * H + hh) * DK + row) * DV + v0 + cg + col;
+            SnapT* p = static_cast<SnapT*>(args.h) + (((work.h_chunk0 + c) * H + hh) * DK + row) * DV + v0 + cg + col;
             store_pair<SnapT>(p, x0, x1);
           }
         }
@@ -377,9 +507,9 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   static_assert(kThreads % h_segs == 0 && kThreads % o_segs == 0, "pieces advance by whole rows");
   const int h_row = threadIdx.x / h_segs, h_col = threadIdx.x % h_segs * 8;
   const int o_row = threadIdx.x / o_segs, o_col = threadIdx.x % o_segs * o_per;
-  SnapT* const h_block = static_cast<SnapT*>(args.h) + (std::size_t(b) * NT * H + hh) * std::size_t(DK) * DV + v0;
+  SnapT* const h_block = static_cast<SnapT*>(args.h) + (work.h_chunk0 * H + hh) * std::size_t(DK) * DV + v0;
   const E* const h_tile = kStaged ? s_lo : s_hi;  // the snapshot's 16-bit tile
-  OutT* const o_block = static_cast<OutT*>(args.o) + (std::size_t(b) * T * H + hh) * DV + v0;
+  OutT* const o_block = static_cast<OutT*>(args.o) + (work.token0 * H + hh) * DV + v0;
   auto store_h_piece = [&](int c, int j) {
     const int r = h_row + j * (kThreads / h_segs);
     if (r < DK)
@@ -412,6 +542,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
     // 16w.., all 64 keys) and O = Q (S_hi + S_lo); each Q fragment is loaded
     // once and dies at once, which keeps the kernel within 128 registers.
     float a[2 * kATiles][4], o[kNTiles][4];  // key tile j of a: 16 * (kShareA ? grp + j * kGroups : j)
+    float qz[2] = {0.0f, 0.0f}, ra[2] = {0.0f, 0.0f};  // normalization: q . z and the scores' sum, rows g and g + 8
     #pragma unroll
     for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
@@ -435,6 +566,14 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       }
       std::uint32_t qf[4];
       ldmatrix_x4(qf, qt + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
+      if constexpr (kNormalize) {  // qf: rows g, g + 8 (registers 0/2, 1/3) at columns 2t4.. and 2t4 + 8..
+        const float* zc = z_s + (c & 1) * DK + 16 * kk + 2 * t4;
+        #pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const float2 x = Elem<E>::unpack(qf[r]), z = *reinterpret_cast<const float2*>(zc + 8 * (r >> 1));
+          qz[r & 1] += x.x * z.x + x.y * z.y;
+        }
+      }
       if constexpr (kShareA) {
         #pragma unroll
         for (int j = 0; j < kATiles; ++j) {
@@ -470,6 +609,9 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       }
     }
     if (has_next) cp_async_commit();
+    if constexpr (kNormalize)
+      *reinterpret_cast<float2*>(z_part + (threadIdx.x / kPairs) * DK + 2 * (threadIdx.x % kPairs)) =
+          key_sum_part<E, DK, kThreads>(kt, L::qk_stride);
     #pragma unroll
     for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
@@ -494,6 +636,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
           }
       }
       __syncthreads();
+      if constexpr (kNormalize) advance_z(c);
     }
     #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
@@ -532,6 +675,13 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
             Elem<E>::split(src[0], src[1], ahi[r], alo[r]);
           }
         }
+        if constexpr (kNormalize) {  // registers 0, 2: row g; 1, 3: row g + 8
+          #pragma unroll
+          for (int r = 0; r < 4; ++r) {
+            const float2 x = Elem<E>::unpack(ahi[r]), y = Elem<E>::unpack(alo[r]);
+            ra[r & 1] += (x.x + y.x) + (x.y + y.y);
+          }
+        }
         #pragma unroll
         for (int np = 0; np < kNTiles / 2; ++np) {
           Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
@@ -543,6 +693,20 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);
     }
     add_tiles(s, ds);  // S += K^T V after the output: the right shift
+    if constexpr (kNormalize) {  // o_t / (scale q_t . z_t + 1e-10), the row's sums over its 4 lanes
+      float den[2];
+      #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        float x = args.scale * qz[i] + ra[i];
+        x += __shfl_xor_sync(0xffffffffu, x, 1);
+        x += __shfl_xor_sync(0xffffffffu, x, 2);
+        den[i] = x + 1e-10f;
+      }
+      #pragma unroll
+      for (int nt = 0; nt < kNTiles; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e) o[nt][e] /= den[e / 2];
+    }
 
     // Stage this chunk's rows of o in shared memory ...
     #pragma unroll
@@ -557,16 +721,25 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
     // in the next chunk's first loop (after its top barrier): only the last
     // chunk needs this barrier (measured -1% at 8,16384,16,128).
     if (!kShareA || !has_next) __syncthreads();
+    if constexpr (kNormalize && !kShareA) advance_z(c);
     publish_state(c + 1);
     if (!kShareA || !has_next)  // ... and leaves now, or in the next chunk's first loop
       for (int j = 0; j < o_pieces_all; ++j) store_o_piece(t0, j);
   }
+  cp_async_wait_all();  // an empty sequence's loads (zero-filled) are still in flight
+  if constexpr (kNormalize)  // z after the sequence, from the thread that wrote it
+    if (c_end == NT && v0 == 0 && threadIdx.x < kPairs)
+      *reinterpret_cast<float2*>(args.z_state + std::size_t(work.state_row) * DK + 2 * threadIdx.x) =
+          *reinterpret_cast<const float2*>(z_s + (c_end & 1) * DK + 2 * threadIdx.x);
 #endif
 }
 
 // Split sequences, step 1: each block sums K_c^T V_c over the chunks of one
-// segment (blockIdx.y) for BV DV columns (blockIdx.x) of one batch*head
-// (blockIdx.z) into sums[B*H][segments][DK][DV] (fp32). As in the fused
+// segment for BV DV columns of one head into its row of sums[rows * H][DK][DV]
+// (fp32; plain batches: grid (DV block, segment, batch * head), row
+// b * segments + segment; packed: grid x = DV block + (DV / BV) * (head + H *
+// item) over args.work, row sum_base + seg), and with normalization the key
+// sum into zsums[rows * H][DK]. As in the fused
 // kernel, groups of 4 warps own 32 columns each and warp w of a group holds
 // state rows w*DK/4..; each chunk's product is summed in fresh accumulators
 // and added in fp32 (the fused kernel's accuracy rule). The products are
@@ -582,8 +755,8 @@ struct SumLayout {
   static constexpr std::size_t bytes = std::size_t(kSumStages) * (k_tile + v_tile) * 2;
 };
 
-template <class E, int DK, int BV>
-__global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs args, float* sums) {
+template <class E, int DK, int BV, bool kNormalize>
+__global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs args, float* sums, float* zsums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = SumLayout<DK, BV>;
   constexpr int kThreads = 4 * BV, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = kGroupWidth / 8;
@@ -592,11 +765,31 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
   E* v_s = k_s + kSumStages * L::k_tile;      // [kSumStages][64][v_stride]
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
-  const int T = args.T, H = args.H, DV = args.DV, NT = (T + kChunk - 1) / kChunk;
-  const int bh = blockIdx.z, b = bh / H, hh = bh % H, v0 = blockIdx.x * BV;
-  const int c_begin = blockIdx.y * args.seg_chunks, c_end = min(NT, c_begin + args.seg_chunks);
-  const E* k = static_cast<const E*>(args.k) + (std::size_t(b) * T * H + hh) * DK;
-  const E* v = static_cast<const E*>(args.v) + (std::size_t(b) * T * H + hh) * DV + v0;
+  const int H = args.H, DV = args.DV;
+  int T, hh, v0, c_begin, c_end;
+  std::size_t token0, row;  // the sequence's first token; the output row
+  if (args.work) {
+    const int nbv = DV / BV, rest = blockIdx.x / nbv;
+    const TensorCoreWork item = args.work[rest / H];
+    hh = rest % H;
+    v0 = (blockIdx.x % nbv) * BV;
+    T = item.length;
+    token0 = std::size_t(item.token0);
+    c_begin = item.c_begin;
+    c_end = item.c_end;
+    row = (std::size_t(item.sum_base) + item.seg) * H + hh;
+  } else {
+    const int b = blockIdx.z / H, NT = (args.T + kChunk - 1) / kChunk;
+    hh = blockIdx.z % H;
+    v0 = blockIdx.x * BV;
+    T = args.T;
+    token0 = std::size_t(b) * args.T;
+    c_begin = blockIdx.y * args.seg_chunks;
+    c_end = min(NT, c_begin + args.seg_chunks);
+    row = (std::size_t(b) * gridDim.y + blockIdx.y) * H + hh;
+  }
+  const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * DK;
+  const E* v = static_cast<const E*>(args.v) + (token0 * H + hh) * DV + v0;
   auto load = [&](int c) {  // always commits a group (empty past the segment) so that waits count uniformly
     const int stage = (c - c_begin) % kSumStages;
     if (c < c_end) {
@@ -614,6 +807,7 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
     cp_async_commit();
   };
   float s[kSMTiles][kNTiles][4] = {};
+  float2 zacc = make_float2(0.0f, 0.0f);  // normalization: this thread's part of the key sum
   for (int c = c_begin; c < c_begin + kSumStages - 1; ++c) load(c);
   for (int c = c_begin; c < c_end; ++c) {
     const int stage = (c - c_begin) % kSumStages;
@@ -632,9 +826,23 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
       add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
     }
     add_tiles(s, ds);
+    if constexpr (kNormalize) {
+      const float2 x = key_sum_part<E, DK, kThreads>(kt, L::k_stride);
+      zacc.x += x.x;
+      zacc.y += x.y;
+    }
   }
   cp_async_wait_all();
-  float* out = sums + (std::size_t(bh) * gridDim.y + blockIdx.y) * DK * std::size_t(DV) + v0 + cg;
+  if constexpr (kNormalize) {  // the parts through the (now idle) stage buffers, added in order
+    __syncthreads();
+    float* parts = reinterpret_cast<float*>(shared_raw);
+    *reinterpret_cast<float2*>(parts + (threadIdx.x / (DK / 2)) * DK + 2 * (threadIdx.x % (DK / 2))) = zacc;
+    __syncthreads();
+    if (v0 == 0 && threadIdx.x < DK / 2)
+      *reinterpret_cast<float2*>(zsums + row * DK + 2 * threadIdx.x) =
+          add_key_parts<DK, kThreads>(make_float2(0.0f, 0.0f), parts);
+  }
+  float* out = sums + row * DK * std::size_t(DV) + v0 + cg;
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt)
     #pragma unroll
@@ -647,16 +855,29 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
 #endif
 }
 
-template <class E, int DK, int BV, class OutT, class SnapT>
-void launch_fused_tensor_core(const FusedTensorCoreArgs& args, int segments, cudaStream_t stream) {
-  auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT>;
-  const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>>::bytes;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-  if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
-  const dim3 grid(args.DV / BV, args.B * args.H, segments);
+inline void check_launch(cudaError_t err, const char* what) {
+  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+}
+
+// grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize>
+void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
+  auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize>;
+  const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
+  check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+               "cudaFuncSetAttribute");
   kernel<<<grid, kFusedThreads<DK, BV>, bytes, stream>>>(args);
-  err = cudaGetLastError();
-  if (err != cudaSuccess) throw std::runtime_error(std::string("fused tensor-core launch: ") + cudaGetErrorString(err));
+  check_launch(cudaGetLastError(), "fused tensor-core launch");
+}
+
+template <class E, int DK, int BV, bool kNormalize>
+void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream) {
+  auto kernel = segment_sum_kernel<E, DK, BV, kNormalize>;
+  const std::size_t bytes = SumLayout<DK, BV>::bytes;
+  check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+               "cudaFuncSetAttribute");
+  kernel<<<grid, 4 * BV, bytes, stream>>>(args, sums, zsums);
+  check_launch(cudaGetLastError(), "segment sum launch");
 }
 
 }  // namespace detail
@@ -687,63 +908,123 @@ inline void keep_pool_memory() {
 
 struct FusedTensorCorePlan {
   int block_dv;
-  int segments;
+  int segments;  // per sequence (packed: of the most-split sequence)
 };
 
-// block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses either.
+// Device memory from the stream-ordered allocator, given back on the stream
+// after the kernels that use it (also when a launch throws).
+struct StreamBuffer {
+  struct Free {
+    cudaStream_t stream;
+    void operator()(void* p) const { cudaFreeAsync(p, stream); }
+  };
+  std::unique_ptr<void, Free> ptr;
+  StreamBuffer(std::size_t bytes, cudaStream_t stream, const char* what) : ptr(nullptr, Free{stream}) {
+    keep_pool_memory();
+    void* raw = nullptr;
+    if (bytes > 0) detail::check_launch(cudaMallocAsync(&raw, bytes, stream), what);
+    ptr.reset(raw);
+  }
+  template <class T>
+  T* as() const { return static_cast<T*>(ptr.get()); }
+};
+
+// block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses.
+// cu_seqlens (host, N + 1 offsets, B = 1) makes a packed batch: its
+// sequences are walked as packed_schedule.hpp lists them. args.z_state
+// non-null normalizes o in the same pass (initial_z optional).
 // Which problems come here is choose_path's rule (kernels/path_choice.cpp);
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
 FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
-                                          cudaStream_t stream) {
+                                          cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens = nullptr) {
+  const bool packed = cu_seqlens != nullptr, normalize = args.z_state != nullptr;
+  if (segments < 0 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 0..65535");
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
-  if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DV, num_sms);
-  if (block_dv == 0) block_dv = segments > 1 ? widest_block_dv(args.DV) : choose_block_dv(args.B, args.H, args.DV, num_sms);
+  PackedSchedule schedule;
+  if (packed) {
+    if (args.B != 1) throw std::invalid_argument("tensor-core fused: a packed batch has B = 1");
+    schedule = schedule_packed(*cu_seqlens, detail::kChunk, args.H, args.DV, num_sms, segments);
+    segments = schedule.max_segments;
+    if (block_dv == 0)
+      block_dv = segments > 1 ? widest_block_dv(args.DV)
+                              : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DV, num_sms);
+  } else {
+    if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DV, num_sms);
+    if (block_dv == 0) block_dv = segments > 1 ? widest_block_dv(args.DV) : choose_block_dv(args.B, args.H, args.DV, num_sms);
+  }
   if (block_dv != 32 && block_dv != 64 && block_dv != 128)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128");
   if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
-  if (segments < 1 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 1..65535");
-  // Kernels are compiled for DK 64 and 128 and blocks of 32, 64 and 128 columns.
+  // Kernels are compiled for DK 64 and 128, blocks of 32, 64 and 128 columns, with and without normalization.
   auto with_shape = [&](int bv, auto f) {
+    auto with_norm = [&](auto dk, auto bvc) {
+      if (normalize) f(dk, bvc, std::true_type{});
+      else f(dk, bvc, std::false_type{});
+    };
     auto with_dk = [&](auto dk) {
-      if (bv == 128) f(dk, std::integral_constant<int, 128>{});
-      else if (bv == 64) f(dk, std::integral_constant<int, 64>{});
-      else f(dk, std::integral_constant<int, 32>{});
+      if (bv == 128) with_norm(dk, std::integral_constant<int, 128>{});
+      else if (bv == 64) with_norm(dk, std::integral_constant<int, 64>{});
+      else with_norm(dk, std::integral_constant<int, 32>{});
     };
     if (args.DK == 128) with_dk(std::integral_constant<int, 128>{});
     else with_dk(std::integral_constant<int, 64>{});
   };
   args.seg_chunks = 0;
   args.seg_sums = nullptr;
-  struct StreamFree {  // the segment sums go back to the pool after the kernels (also when a launch throws)
-    cudaStream_t stream;
-    void operator()(float* p) const { cudaFreeAsync(p, stream); }
-  };
-  std::unique_ptr<float, StreamFree> sums(nullptr, StreamFree{stream});
+  args.seg_zsums = nullptr;
+  args.work = nullptr;
+  const std::size_t state_elems = std::size_t(args.DK) * args.DV;
+  const int sum_bv = widest_block_dv(args.DV);
+
+  if (packed) {  // the walks and the sums to compute, in one upload
+    const std::size_t n_walks = schedule.walks.size(), n_sums = schedule.sums.size();
+    std::vector<TensorCoreWork> items(schedule.walks);
+    items.insert(items.end(), schedule.sums.begin(), schedule.sums.end());
+    StreamBuffer work(items.size() * sizeof(TensorCoreWork), stream, "tensor-core fused: work list");
+    detail::check_launch(cudaMemcpyAsync(work.ptr.get(), items.data(), items.size() * sizeof(TensorCoreWork),
+                                         cudaMemcpyHostToDevice, stream),
+                         "tensor-core fused: work list upload");
+    const std::size_t rows = std::size_t(schedule.sum_rows) * args.H;
+    StreamBuffer sums(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
+    StreamBuffer zsums(normalize ? rows * args.DK * sizeof(float) : 0, stream, "tensor-core fused: segment key sums");
+    if (n_sums > 0) {
+      args.work = work.as<TensorCoreWork>() + n_walks;
+      with_shape(sum_bv, [&](auto dk, auto bv, auto norm) {
+        detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value>(
+            args, dim3(args.DV / sum_bv * args.H * n_sums), sums.as<float>(), zsums.as<float>(), stream);
+      });
+    }
+    args.work = work.as<TensorCoreWork>();
+    args.seg_sums = sums.as<float>();
+    args.seg_zsums = zsums.as<float>();
+    if (n_walks > 0)
+      with_shape(block_dv, [&](auto dk, auto bv, auto norm) {
+        detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value>(
+            args, dim3(args.DV / block_dv * args.H * n_walks), stream);
+      });
+    return {block_dv, segments};
+  }
+
+  std::unique_ptr<StreamBuffer> sums, zsums;
   if (segments > 1) {
     const SegmentSplit split = split_segments(NT, segments);
     args.seg_chunks = split.seg_chunks;
     segments = split.segments;
-    const std::size_t state_elems = std::size_t(args.DK) * args.DV, total = std::size_t(args.B) * args.H * state_elems;
-    keep_pool_memory();
-    float* raw = nullptr;
-    cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&raw), total * segments * sizeof(float), stream);
-    if (err != cudaSuccess) throw std::runtime_error(std::string("tensor-core fused: segment states: ") + cudaGetErrorString(err));
-    sums.reset(raw);
-    with_shape(widest_block_dv(args.DV), [&](auto dk, auto bv) {
-      constexpr int DK = decltype(dk)::value, BV = decltype(bv)::value;
-      auto kernel = detail::segment_sum_kernel<E, DK, BV>;
-      const std::size_t bytes = detail::SumLayout<DK, BV>::bytes;
-      err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-      if (err != cudaSuccess) throw std::runtime_error(std::string("cudaFuncSetAttribute: ") + cudaGetErrorString(err));
-      kernel<<<dim3(args.DV / BV, segments, args.B * args.H), 4 * BV, bytes, stream>>>(args, raw);
-      err = cudaGetLastError();
-      if (err != cudaSuccess) throw std::runtime_error(std::string("segment sum launch: ") + cudaGetErrorString(err));
+    const std::size_t rows = std::size_t(args.B) * args.H * segments;
+    sums = std::make_unique<StreamBuffer>(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
+    zsums = std::make_unique<StreamBuffer>(normalize ? rows * args.DK * sizeof(float) : 0, stream,
+                                           "tensor-core fused: segment key sums");
+    with_shape(sum_bv, [&](auto dk, auto bv, auto norm) {
+      detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value>(
+          args, dim3(args.DV / sum_bv, segments, args.B * args.H), sums->as<float>(), zsums->as<float>(), stream);
     });
-    args.seg_sums = raw;
+    args.seg_sums = sums->as<float>();
+    args.seg_zsums = zsums->as<float>();
   }
-  with_shape(block_dv, [&](auto dk, auto bv) {
-    detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT>(args, segments, stream);
+  with_shape(block_dv, [&](auto dk, auto bv, auto norm) {
+    detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value>(
+        args, dim3(args.DV / block_dv, args.B * args.H, segments), stream);
   });
   return {block_dv, segments};
 }

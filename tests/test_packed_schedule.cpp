@@ -1,0 +1,163 @@
+// The tensor-core kernel's work list for packed batches (packed_schedule.hpp,
+// docs/ARCHITECTURE.md "Packed batches on tensor cores"): every chunk of every
+// sequence walked exactly once, walks inside one sequence, longest first, long
+// sequences split with the sums their later segments need. Plain arithmetic,
+// so the CPU build checks what the CUDA launcher will do.
+#include "kernels/cuda/packed_schedule.hpp"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+
+namespace linattn::cuda {
+namespace {
+
+constexpr int kSms = 132;  // the H200's
+
+std::vector<std::int64_t> offsets(const std::vector<std::int64_t>& lengths) {
+  std::vector<std::int64_t> cu{0};
+  for (std::int64_t n : lengths) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+int chunks(std::int64_t length) { return static_cast<int>((length + 63) / 64); }
+
+// The invariants every schedule keeps, whatever the split.
+void expect_covers_every_chunk_once(const std::vector<std::int64_t>& cu, const PackedSchedule& s) {
+  const int N = static_cast<int>(cu.size()) - 1;
+  std::vector<std::vector<int>> seen(N);
+  std::int64_t h0 = 0;
+  std::vector<std::int64_t> h_chunk0(N);
+  for (int n = 0; n < N; ++n) {
+    seen[n].assign(chunks(cu[n + 1] - cu[n]), 0);
+    h_chunk0[n] = h0;
+    h0 += chunks(cu[n + 1] - cu[n]);
+  }
+  std::vector<int> walks_of(N, 0);
+  for (const TensorCoreWork& w : s.walks) {
+    ASSERT_GE(w.seq, 0);
+    ASSERT_LT(w.seq, N);
+    EXPECT_EQ(w.token0, cu[w.seq]);
+    EXPECT_EQ(w.length, cu[w.seq + 1] - cu[w.seq]);
+    EXPECT_EQ(w.h_chunk0, h_chunk0[w.seq]);
+    EXPECT_LE(0, w.c_begin);
+    EXPECT_LE(w.c_begin, w.c_end);
+    EXPECT_LE(w.c_end, chunks(w.length));
+    for (int c = w.c_begin; c < w.c_end; ++c) ++seen[w.seq][c];
+    ++walks_of[w.seq];
+  }
+  for (int n = 0; n < N; ++n) {
+    EXPECT_GE(walks_of[n], 1) << "sequence " << n << " has no block (its final state would stay unwritten)";
+    for (std::size_t c = 0; c < seen[n].size(); ++c) EXPECT_EQ(seen[n][c], 1) << "sequence " << n << " chunk " << c;
+  }
+  for (std::size_t i = 1; i < s.walks.size(); ++i)
+    EXPECT_GE(s.walks[i - 1].c_end - s.walks[i - 1].c_begin, s.walks[i].c_end - s.walks[i].c_begin) << "longest first";
+  // Segment j > 0 of a sequence reads sums sum_base .. sum_base + j - 1: the sums of its
+  // segments 0 .. j - 1, each computed once, over exactly those chunks.
+  std::map<int, const TensorCoreWork*> sum_at;
+  for (const TensorCoreWork& w : s.sums) {
+    const int row = w.sum_base + w.seg;
+    EXPECT_TRUE(sum_at.emplace(row, &w).second) << "sum row " << row << " written twice";
+    EXPECT_LT(row, s.sum_rows);
+  }
+  EXPECT_EQ(static_cast<int>(sum_at.size()), s.sum_rows);
+  for (const TensorCoreWork& w : s.walks)
+    for (int j = 0; j < w.seg; ++j) {
+      const auto it = sum_at.find(w.sum_base + j);
+      ASSERT_NE(it, sum_at.end()) << "segment " << w.seg << " of sequence " << w.seq << " lacks the sum of segment " << j;
+      EXPECT_EQ(it->second->seq, w.seq);
+      EXPECT_EQ(it->second->seg, j);
+      EXPECT_LE(it->second->c_end, w.c_begin);
+    }
+}
+
+// fla's ragged shapes: lengths 1, 63, 64, 65 and 300 give 1, 1, 1, 2 and 5 chunks.
+TEST(PackedSchedule, RaggedLengthsTakeWholeChunks) {
+  const auto cu = offsets({1, 63, 64, 65, 300});
+  const PackedSchedule s = schedule_packed(cu, 64, 4, 64, kSms, 0);
+  expect_covers_every_chunk_once(cu, s);
+  EXPECT_EQ(s.walks.size(), 5u);  // far below a wave: nothing to split
+  EXPECT_EQ(s.sum_rows, 0);
+  EXPECT_EQ(s.walks.front().seq, 4);  // the 5-chunk sequence first
+  EXPECT_EQ(s.walks.front().h_chunk0, 1 + 1 + 1 + 2);
+}
+
+// 32 sequences of 65536 tokens in all, 16 heads, DV 128: 16,384 chunk steps
+// over 132 SMs, about 128 chunks per SM. Only a sequence longer than that is
+// split; every other sequence is one walk.
+TEST(PackedSchedule, OnlySequencesLongerThanTheShareAreSplit) {
+  std::mt19937_64 gen(3);
+  std::uniform_int_distribution<std::int64_t> point(1, 65535);
+  std::vector<std::int64_t> cuts{0, 65536};
+  for (int i = 0; i < 31; ++i) cuts.push_back(point(gen));
+  std::sort(cuts.begin(), cuts.end());
+  EXPECT_EQ(balanced_segment_chunks(1024 + 31, 16, 128, kSms), 128);
+  std::int64_t total = 0;
+  for (std::size_t n = 0; n + 1 < cuts.size(); ++n) total += chunks(cuts[n + 1] - cuts[n]);
+  const int share = balanced_segment_chunks(total, 16, 128, kSms);
+  const PackedSchedule s = schedule_packed(cuts, 64, 16, 128, kSms, 0);
+  expect_covers_every_chunk_once(cuts, s);
+  std::vector<int> walks_of(32, 0);
+  for (const TensorCoreWork& w : s.walks) {
+    ++walks_of[w.seq];
+    EXPECT_LE(w.c_end - w.c_begin, share);
+  }
+  for (int n = 0; n < 32; ++n)
+    if (chunks(cuts[n + 1] - cuts[n]) <= share) EXPECT_EQ(walks_of[n], 1) << "sequence " << n;
+}
+
+// One sequence holds 90% of the tokens: it is cut to about the batch's share
+// per SM, so that it no longer sets the kernel's time alone.
+TEST(PackedSchedule, OneSequenceWithNinetyPercentIsSplit) {
+  const auto cu = offsets({2000, 36000, 1000, 1000});  // 40,000 tokens, 8 heads, DV 64
+  const PackedSchedule s = schedule_packed(cu, 64, 8, 64, kSms, 0);
+  expect_covers_every_chunk_once(cu, s);
+  const int share = balanced_segment_chunks(32 + 563 + 16 + 16, 8, 64, kSms);
+  EXPECT_EQ(share, 38);
+  EXPECT_EQ(s.max_segments, 15);  // 563 chunks in pieces of at most 38
+  for (const TensorCoreWork& w : s.walks) EXPECT_LE(w.c_end - w.c_begin, share);
+  EXPECT_EQ(s.sum_rows, 14);
+}
+
+// Lengths 1000x apart: the longest walk is bounded by the share, not by the longest sequence.
+TEST(PackedSchedule, ThousandfoldLengthsAreBalanced) {
+  std::vector<std::int64_t> lengths;
+  for (int i = 0; i < 200; ++i) lengths.push_back(64 + i % 7);
+  lengths.push_back(64000);
+  lengths.push_back(70);
+  const auto cu = offsets(lengths);
+  const PackedSchedule s = schedule_packed(cu, 64, 16, 128, kSms, 0);
+  expect_covers_every_chunk_once(cu, s);
+  std::int64_t total = 0;
+  for (std::int64_t n : lengths) total += chunks(n);
+  const int share = balanced_segment_chunks(total, 16, 128, kSms);
+  for (const TensorCoreWork& w : s.walks) EXPECT_LE(w.c_end - w.c_begin, share);
+  EXPECT_GT(s.max_segments, 1);
+}
+
+// segments = 1 never splits; N > 1 cuts every sequence into N (fewer when shorter).
+TEST(PackedSchedule, ExplicitSegmentCounts) {
+  const auto cu = offsets({64 * 20, 64 * 2, 5});
+  const PackedSchedule one = schedule_packed(cu, 64, 2, 64, kSms, 1);
+  expect_covers_every_chunk_once(cu, one);
+  EXPECT_EQ(one.walks.size(), 3u);
+  EXPECT_EQ(one.sum_rows, 0);
+  const PackedSchedule eight = schedule_packed(cu, 64, 2, 64, kSms, 8);
+  expect_covers_every_chunk_once(cu, eight);
+  EXPECT_EQ(eight.max_segments, 7);  // 20 chunks in 8: 7 segments of 3 (split_segments)
+  EXPECT_EQ(eight.walks.size(), 7u + 2u + 1u);
+  EXPECT_EQ(eight.sum_rows, 6 + 1);
+}
+
+// An empty sequence still gets a block: it writes its final state (the initial one).
+TEST(PackedSchedule, EmptySequenceStillHasAWalk) {
+  const auto cu = offsets({100, 0, 30});
+  const PackedSchedule s = schedule_packed(cu, 64, 1, 32, kSms, 0);
+  expect_covers_every_chunk_once(cu, s);
+  EXPECT_EQ(s.walks.size(), 3u);
+}
+
+}  // namespace
+}  // namespace linattn::cuda
