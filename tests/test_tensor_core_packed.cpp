@@ -126,7 +126,7 @@ TEST(TensorCoreNormalize, PlainBatchesMatchReference) {
         for (int segments : {1, 3})
           for (std::int64_t block_dv : {0, 32, 64})
             for (bool fp32_out : {false, true}) {
-              if (p.DV % block_dv != 0 && block_dv != 0) continue;
+              if (block_dv != 0 && p.DV % block_dv != 0) continue;
               ForwardConfig cfg = tensor_cores(segments, fp32_out, SnapshotMode::bf16, true);
               cfg.block_dv = block_dv;
               SCOPED_TRACE(describe(p, cfg, dtype, initial) + " block_dv " + std::to_string(block_dv));
