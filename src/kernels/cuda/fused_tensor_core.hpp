@@ -94,9 +94,14 @@ struct BlockWork {
   int seg;              // earlier segments to add
 };
 
+// kPacked is a template parameter so that the plain kernel reads T and the
+// offsets straight from the kernel parameters, as before packed batches: as
+// values in registers they cost the plain kernel 1-4% at block 128 (128
+// registers; same-run A/B on the H200).
+template <bool kPacked>
 __device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
   BlockWork w;
-  if (a.work) {
+  if constexpr (kPacked) {
     const int nbv = a.DV / BV, rest = blockIdx.x / nbv;
     const TensorCoreWork item = a.work[rest / a.H];
     w.head = rest % a.H;
@@ -110,20 +115,20 @@ __device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
     w.c_end = item.c_end;
     w.sum_row0 = item.sum_base * a.H + w.head;
     w.seg = item.seg;
-    return w;
+  } else {
+    const int b = blockIdx.y / a.H, segments = gridDim.z;
+    w.head = blockIdx.y % a.H;
+    w.v0 = blockIdx.x * BV;
+    w.token0 = std::size_t(b) * a.T;
+    w.length = a.T;
+    w.num_chunks = (a.T + kChunk - 1) / kChunk;
+    w.h_chunk0 = std::size_t(b) * w.num_chunks;
+    w.state_row = blockIdx.y;
+    w.c_begin = a.seg_chunks ? blockIdx.z * a.seg_chunks : 0;
+    w.c_end = a.seg_chunks ? min(w.num_chunks, w.c_begin + a.seg_chunks) : w.num_chunks;
+    w.sum_row0 = b * segments * a.H + w.head;
+    w.seg = blockIdx.z;
   }
-  const int b = blockIdx.y / a.H, segments = gridDim.z;
-  w.head = blockIdx.y % a.H;
-  w.v0 = blockIdx.x * BV;
-  w.token0 = std::size_t(b) * a.T;
-  w.length = a.T;
-  w.num_chunks = (a.T + kChunk - 1) / kChunk;
-  w.h_chunk0 = std::size_t(b) * w.num_chunks;
-  w.state_row = blockIdx.y;
-  w.c_begin = a.seg_chunks ? blockIdx.z * a.seg_chunks : 0;
-  w.c_end = a.seg_chunks ? min(w.num_chunks, w.c_begin + a.seg_chunks) : w.num_chunks;
-  w.sum_row0 = b * segments * a.H + w.head;
-  w.seg = blockIdx.z;
   return w;
 }
 
@@ -323,7 +328,7 @@ struct Layout {
   static constexpr std::size_t bytes = z_offset + z_bytes;
 };
 
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize>
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked>
 __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
@@ -368,7 +373,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   // runs on scheduler w, so the groups take the row tiles in different orders
   // and each scheduler gets all four (scheduler w: w, 3-w, w+2, 1-w mod 4).
   const int rt = kShareA ? (((grp & 1) ? 3 - warp : warp) + 2 * (grp >> 1)) & 3 : warp;
-  const BlockWork work = block_work(args, BV);
+  const BlockWork work = block_work<kPacked>(args, BV);
   const int H = args.H, DV = args.DV, hh = work.head, v0 = work.v0;
   const int T = work.length, NT = work.num_chunks;  // this block's sequence
   // This block's chunks [c_begin, c_end): a whole sequence, or one segment of it.
@@ -862,7 +867,8 @@ inline void check_launch(cudaError_t err, const char* what) {
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
-  auto kernel = fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize>;
+  auto kernel = args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true>
+                          : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false>;
   const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
