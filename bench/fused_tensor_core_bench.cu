@@ -12,7 +12,8 @@
 // With TC_PACKED=N two more rows: the same batch as one packed row cut every
 // T tokens ("packed": the same bits as mma.sync, since the memory is the
 // same), and the B*T tokens cut at N-1 uniform random points ("random": time
-// only; its o differs, as its sequences do).
+// only; its o differs, as its sequences do). TC_SEQLENS=L1,L2,... gives the
+// random row these lengths instead (adding up to B*T).
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "wgmma/fused_wgmma.hpp"
 
@@ -127,6 +128,18 @@ int main(int argc, char** argv) {
     random_cuts = {0, std::int64_t(B) * T};
     for (int i = 1; i < packed_n; ++i) random_cuts.push_back(cut(gen));
     std::sort(random_cuts.begin(), random_cuts.end());
+    if (const char* lengths = std::getenv("TC_SEQLENS")) {
+      random_cuts = {0};
+      for (const char* p = lengths; *p;) {
+        char* end = nullptr;
+        random_cuts.push_back(random_cuts.back() + std::strtoll(p, &end, 10));
+        p = *end == ',' ? end + 1 : end;
+      }
+      if (random_cuts.back() != std::int64_t(B) * T) {
+        std::fprintf(stderr, "TC_SEQLENS adds up to %lld, not B*T\n", static_cast<long long>(random_cuts.back()));
+        return 2;
+      }
+    }
   }
   for (const char* kernel : kernels) {
     const bool wgmma = kernel[0] == 'w';
