@@ -1,0 +1,172 @@
+#include "kernels/backward.hpp"
+
+#include "kernels/forward_typed.hpp"
+#include "kernels/fused_backward.hpp"
+
+#include <stdexcept>
+
+namespace linattn {
+
+namespace {
+
+void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
+  if (t.shape != expected)
+    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
+                                shape_string(expected));
+}
+
+template <class T>
+DeviceView5<T> upload5(const char* label, const Tensor& t) {
+  DeviceView5<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
+                   t.shape[2], t.shape[3], t.shape[4]);
+  HostView5<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4]);
+  Kokkos::deep_copy(d, hv);
+  return d;
+}
+
+// The forward's snapshots in the accumulation type, recomputed on the device
+// (fused variant, whatever path the forward takes here).
+template <class In, class Acc>
+DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const In>& q, const DeviceView4<const In>& k,
+                                     const DeviceView4<const In>& v, const DeviceView4<const Acc>& s0) {
+  ForwardViews<In, Acc, Acc, Acc> fw;
+  fw.q = q;
+  fw.k = k;
+  fw.v = v;
+  fw.initial_state = s0;
+  fw.o = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::backward::o"), Kokkos::WithoutInitializing), p.B,
+                          p.T, p.H, p.DV);
+  fw.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::backward::final"), Kokkos::WithoutInitializing),
+                                    p.num_sequences(), p.H, p.DK, p.DV);
+  const std::vector<std::int64_t> hs = p.h_shape();
+  DeviceView5<Acc> h(Kokkos::view_alloc(std::string("linattn::backward::h"), Kokkos::WithoutInitializing), hs[0], hs[1],
+                     hs[2], hs[3], hs[4]);
+  fw.h = h;
+  ForwardConfig cfg;
+  cfg.snapshots = SnapshotMode::accumulation;
+  run_variant(p, cfg, fw);
+  return h;
+}
+
+template <class In, class Out, class Snap>
+BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config, TileGemm gemm, const Tensor& q,
+                                  const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
+                                  const Tensor& d_o, const Tensor* dht, DType out_dtype) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const DType acc_dtype = accumulation_dtype(q.dtype);
+  BackwardOutput out;
+  Kokkos::Timer timer;
+  BackwardViews<In, Out, Snap, Acc> views;
+  views.q = upload4<In>("linattn::q", q);
+  views.k = upload4<In>("linattn::k", k);
+  views.v = upload4<In>("linattn::v", v);
+  views.d_o = upload4<In>("linattn::do", d_o);
+  if (dht) views.dht = upload4<Acc>("linattn::dht", converted(*dht, acc_dtype));
+  const std::int64_t N = p.num_sequences();
+  views.dq = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dq"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  views.dv = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dv"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
+  DeviceView4<const Acc> initial;
+  if (config.recompute_h && s0) initial = upload4<Acc>("linattn::initial_state", converted(*s0, acc_dtype));
+  if (!config.recompute_h) views.h = upload5<Snap>("linattn::h", *h);
+  if (config.poison_outputs) {
+    Kokkos::deep_copy(views.dq, quiet_nan<Out>());
+    Kokkos::deep_copy(views.dk, quiet_nan<Out>());
+    Kokkos::deep_copy(views.dv, quiet_nan<Out>());
+    Kokkos::deep_copy(views.dh0, quiet_nan<Acc>());
+  }
+  Kokkos::fence();
+  out.upload_seconds = timer.seconds();
+
+  timer.reset();
+  if constexpr (std::is_same<Snap, Acc>::value) {
+    if (config.recompute_h) views.h = recompute_snapshots<In, Acc>(p, views.q, views.k, views.v, initial);
+  }
+  run_fused_backward<decltype(views), Acc>(p, views, make_sequence_map(p), config.team_size, gemm);
+  Kokkos::fence();
+  out.kernel_seconds = timer.seconds();
+
+  timer.reset();
+  out.dq = Tensor(out_dtype, p.qk_shape());
+  out.dk = Tensor(out_dtype, p.qk_shape());
+  out.dv = Tensor(out_dtype, p.v_shape());
+  out.dh0 = Tensor(acc_dtype, p.state_shape());
+  download(out.dq, views.dq);
+  download(out.dk, views.dk);
+  download(out.dv, views.dv);
+  download(out.dh0, views.dh0);
+  out.download_seconds = timer.seconds();
+  return out;
+}
+
+template <class In, class Out>
+BackwardOutput with_snapshot_type(const Problem& p, const BackwardConfig& c, TileGemm gemm, const Tensor& q,
+                                  const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
+                                  const Tensor& d_o, const Tensor* dht) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const DType od = c.output_fp32 ? DType::f32 : q.dtype;
+  if (!c.recompute_h && h->dtype == DType::bf16) return run_backward_typed<In, Out, bf16_t>(p, c, gemm, q, k, v, h, s0, d_o, dht, od);
+  return run_backward_typed<In, Out, Acc>(p, c, gemm, q, k, v, h, s0, d_o, dht, od);
+}
+
+template <class In>
+BackwardOutput with_output_type(const Problem& p, const BackwardConfig& c, TileGemm gemm, const Tensor& q,
+                                const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
+                                const Tensor& d_o, const Tensor* dht) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, gemm, q, k, v, h, s0, d_o, dht);
+  return with_snapshot_type<In, In>(p, c, gemm, q, k, v, h, s0, d_o, dht);
+}
+
+}  // namespace
+
+PathChoice choose_backward_path(const BackwardConfig& config) {
+  switch (config.gemm) {
+    case GemmPath::automatic: return {host_execution ? GemmPath::host_tile : GemmPath::kokkos_kernels, {}};
+    case GemmPath::kokkos_kernels: return {GemmPath::kokkos_kernels, {}};
+    case GemmPath::host_tile:
+      if (host_execution) return {GemmPath::host_tile, {}};
+      return {GemmPath::kokkos_kernels, "--gemm hosttile is not available: the default execution space is not a host space"};
+    case GemmPath::tensor_core:
+    case GemmPath::registers:
+      return {GemmPath::kokkos_kernels, std::string("--gemm ") + gemm_path_name(config.gemm) +
+                                            " is not available for the backward: it runs on hosttile (host backends) "
+                                            "or kokkoskernels"};
+  }
+  return {GemmPath::kokkos_kernels, "unknown gemm path"};
+}
+
+BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
+                            const Tensor* dht) {
+  validate(p);
+  const PathChoice choice = choose_backward_path(config);
+  if (!choice.ok()) throw std::invalid_argument(choice.refusal);
+  check_shape(q, p.qk_shape(), "q");
+  check_shape(k, p.qk_shape(), "k");
+  check_shape(v, p.v_shape(), "v");
+  check_shape(d_o, p.v_shape(), "do");
+  if (k.dtype != q.dtype || v.dtype != q.dtype || d_o.dtype != q.dtype)
+    throw std::invalid_argument("q, k, v and do must share one dtype");
+  if (dht) check_shape(*dht, p.state_shape(), "dht");
+  if (initial_state) check_shape(*initial_state, p.state_shape(), "initial_state");
+  if (!config.recompute_h) {
+    if (!h) throw std::invalid_argument("the backward needs the forward's snapshots h (or recompute_h)");
+    check_shape(*h, p.h_shape(), "h");
+    if (h->dtype != DType::bf16 && h->dtype != accumulation_dtype(q.dtype))
+      throw std::invalid_argument(std::string("h must be bf16 or ") + dtype_name(accumulation_dtype(q.dtype)) + ", not " +
+                                  dtype_name(h->dtype));
+  }
+  const TileGemm gemm = choice.path == GemmPath::host_tile ? TileGemm::host : TileGemm::portable;
+  BackwardOutput out;
+  switch (q.dtype) {
+    case DType::f16: out = with_output_type<fp16_t>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::bf16: out = with_output_type<bf16_t>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f32: out = with_output_type<float>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f64: out = with_output_type<double>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
+  }
+  out.gemm = choice.path;
+  return out;
+}
+
+}  // namespace linattn

@@ -1,0 +1,43 @@
+// The host entry point of the backward (README.md "The backward"): takes the
+// forward's inputs, its snapshots h (or recomputes them), the output gradient
+// do and the final-state gradient dht, runs the reverse chunk scan on Kokkos'
+// default execution space, and returns dq, dk, dv and dh0 with timings.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "kernels/path_choice.hpp"
+
+namespace linattn {
+
+struct BackwardConfig {
+  GemmPath gemm = GemmPath::automatic;  // auto: hosttile on host backends, kokkoskernels elsewhere
+  bool output_fp32 = false;             // dq, dk, dv in fp32 instead of the input type
+  bool recompute_h = false;             // recompute the snapshots (fp32) instead of reading them
+  int team_size = 0;                    // 0: Kokkos::AUTO
+  bool poison_outputs = false;          // NaN-fill the device outputs first, so that an unwritten element shows
+};
+
+struct BackwardOutput {
+  Tensor dq, dk, dv;  // [B, T, H, DK|DV] in the input type (or fp32)
+  Tensor dh0;         // [N, H, DK, DV] in the accumulation type
+  double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
+  GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
+};
+
+// The tile-product path of the backward on this build, or why the request
+// cannot run (it has no tensor-core or register-blocked kernel yet).
+PathChoice choose_backward_path(const BackwardConfig& config);
+
+// Checks everything before any device work (std::invalid_argument saying
+// why): the problem, the path, the shapes and dtypes. h is the forward's
+// snapshots [B or 1, NT or chunks, H, DK, DV] (bf16 or the accumulation type;
+// may be null with recompute_h, which reads initial_state instead: h[0] is the
+// initial state otherwise); d_o [B, T, H, DV] in the input type; dht
+// [N, H, DK, DV] or null (zero); initial_state [N, H, DK, DV] or null.
+BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
+                            const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
+                            const Tensor* dht);
+
+}  // namespace linattn
