@@ -6,7 +6,11 @@ linattn on both and reads every output back with h5py: bfloat16 datasets must
 come back as float32 through HDF5's conversion, and o, h and final_state must
 match a numpy float64 recomputation to the level of their stored dtype. A
 packed input (cu_seqlens, per-sequence initial_state and z_state) written by
-h5py runs normalized and is checked per sequence the same way.
+h5py runs normalized and is checked per sequence the same way. Then the
+backward: a gradient input written by h5py (do only, float16, at the root) and
+one from `linattn generate --grad` (do and dht) run through `linattn backward`,
+and h5py reads each .grad.h5 back (dq, dk, dv, dh0: shapes, dtypes, values
+against a numpy float64 backward).
 
 Usage: h5py_reads_outputs.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when h5py
 or numpy cannot be imported.
@@ -48,6 +52,28 @@ def reference(q, k, v, s0, chunk, scale):
                              states[:, :-1]], axis=1)  # state before each token
     h = before[:, ::chunk]
     return o, h, states[:, -1]
+
+
+def reference_backward(q, k, v, s0, do, dht, scale):
+    """dq, dk, dv, dh0 of the forward above (README.md, "The backward"), in float64:
+    dq_t = scale S_t do_t, dk_s = scale sum_{t>=s} (do_t . v_s) q_t + dht v_s,
+    dv_s = scale sum_{t>=s} (q_t . k_s) do_t + dht^T k_s, dh0 = scale sum_t q_t do_t^T + dht."""
+    q, k, v, do = (x.astype(np.float64) for x in (q, k, v, do))
+    T = q.shape[1]
+    states = np.cumsum(np.einsum("bthk,bthv->bthkv", k, v), axis=1)
+    if s0 is not None:
+        states += s0.astype(np.float64)[:, None]
+    causal = np.tril(np.ones((T, T)))  # [t, s]: t >= s
+    dq = scale * np.einsum("bthkv,bthv->bthk", states, do)
+    dk = scale * np.einsum("bhts,bthk->bshk", np.einsum("bthv,bshv->bhts", do, v) * causal, q)
+    dv = scale * np.einsum("bhts,bthv->bshv", np.einsum("bthk,bshk->bhts", q, k) * causal, do)
+    dh0 = scale * np.einsum("bthk,bthv->bhkv", q, do)
+    if dht is not None:
+        dht = dht.astype(np.float64)
+        dk += np.einsum("bhkv,bshv->bshk", dht, v)
+        dv += np.einsum("bhkv,bshk->bshv", dht, k)
+        dh0 += dht
+    return dq, dk, dv, dh0
 
 
 def rel_l2(x, ref):
@@ -143,6 +169,46 @@ with h5py.File(packed_input, "r") as f, h5py.File(output, "r") as g:
     check("h", rel_l2(g["h"][0], np.concatenate(h_ref)), acc + UNIT_ROUNDOFF["fp32"])  # [total_chunks, H, DK, DV]
     check("final_state", rel_l2(g["final_state"][...], np.stack(s_ref)), acc + UNIT_ROUNDOFF["fp32"])
     check("z_state", rel_l2(g["z_state"][...], np.stack(z_ref)), acc + UNIT_ROUNDOFF["fp32"])
+
+# 5. The backward of the two forwards of step 3 (bf16 snapshots, chunk 32, scale 0.5): do
+# (float16, no dht) written by h5py at the root for the fp16 case, do and dht from
+# `generate --grad` in group case0 for the bf16 one.
+fp16_grad = os.path.join(WORK, "numpy_fp16_grad.h5")
+with h5py.File(fp16_grad, "w") as f:
+    f.create_dataset("do", data=rng.uniform(-1, 1, size=(2, 90, 3, 8)).astype(np.float16))
+bf16_grad = os.path.join(WORK, "generated_bf16_grad.h5")
+cli("generate", "--grad", bf16_input, "-o", bf16_grad, "--seed", "4")
+bwd = os.path.join(WORK, "bwd")
+cli("backward", os.path.join(outdir, "numpy_fp16.h5"), os.path.join(outdir, "generated_bf16.case0.h5"),
+    "--grad", fp16_grad, "--grad", bf16_grad, "-o", bwd)
+for output, source, group, grad, grad_group in (
+        (os.path.join(bwd, "numpy_fp16.grad.h5"), fp16_input, "/", fp16_grad, "/"),
+        (os.path.join(bwd, "generated_bf16.case0.grad.h5"), bf16_input, "case0", bf16_grad, "case0")):
+    print(output)
+    with h5py.File(source, "r") as f, h5py.File(grad, "r") as d, h5py.File(output, "r") as g:
+        base, gbase = f[group], d[grad_group]
+        s0 = base["initial_state"][...] if "initial_state" in base else None
+        dht = gbase["dht"][...] if "dht" in gbase else None
+        refs = reference_backward(base["q"][...], base["k"][...], base["v"][...], s0, gbase["do"][...], dht, 0.5)
+        attrs = g.attrs
+        if attrs["variant"] != "backward" or attrs["grad_file"] != grad or attrs["grad_group"] != grad_group:
+            failures.append(f"{output}: unexpected attributes {dict(attrs)}")
+        B, T, H, DK = base["q"].shape
+        DV = base["v"].shape[3]
+        shapes = {"dq": (B, T, H, DK), "dk": (B, T, H, DK), "dv": (B, T, H, DV), "dh0": (B, H, DK, DV)}
+        # h5py reads fp16 as float16 and bf16 (linattn's 2-byte float) as float32; dh0 is fp32.
+        stored = np.float16 if attrs["input_dtype"] == "fp16" else np.float32
+        for name, shape in shapes.items():
+            expected = np.float32 if name == "dh0" else stored
+            if g[name].shape != shape or g[name].dtype != expected:
+                failures.append(f"{output}: {name} {g[name].shape} {g[name].dtype}, expected {shape} {expected}")
+        acc, unit = 1e-5, UNIT_ROUNDOFF[attrs["output_dtype"]]
+        check("dq", rel_l2(g["dq"][...], refs[0]), acc + unit + UNIT_ROUNDOFF["bf16"])  # read bf16 snapshots
+        check("dk", rel_l2(g["dk"][...], refs[1]), acc + unit)
+        check("dv", rel_l2(g["dv"][...], refs[2]), acc + unit)
+        check("dh0", rel_l2(g["dh0"][...], refs[3]), acc + UNIT_ROUNDOFF["fp32"])
+        print(f"  input {attrs['input_dtype']}, dq read as {g['dq'].dtype}, dh0 as {g['dh0'].dtype}"
+              f"{'' if dht is not None else ', no dht'}")
 
 shutil.rmtree(WORK, ignore_errors=True)
 if failures:

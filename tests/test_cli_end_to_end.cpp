@@ -3,6 +3,7 @@
 // verify fails on tampered outputs and on the wrong input; a batch with a bad
 // input exits non-zero after finishing the good cases; ledger prints the
 // specification's cost table; every subcommand has --help.
+#include "cli_runner.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "io/input_file.hpp"
@@ -12,39 +13,18 @@
 
 #include <gtest/gtest.h>
 #include <hdf5.h>
-#include <sys/wait.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 
 namespace linattn {
 namespace {
 
-using testing::read_bytes;
+using testing::contains;
+using testing::Exit;
+using testing::linattn_cli;
 using testing::TempDir;
 namespace fs = std::filesystem;
-
-struct Exit {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-// The binary built beside this test, or LINATTN_EXE from the environment when
-// the two binaries were carried to another machine (the GPU runs).
-std::string linattn_exe() {
-  const char* env = std::getenv("LINATTN_EXE");
-  return env && *env ? env : LINATTN_EXE;
-}
-
-Exit linattn_cli(const TempDir& dir, const std::string& args) {
-  const std::string log = dir / "cli.log";
-  const std::string command = "'" + linattn_exe() + "' " + args + " > '" + log + "' 2>&1";
-  const int status = std::system(command.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Multiplies one element of a float32 dataset in place (the file is a copy).
 void tamper_element(const std::string& path, const char* dataset, std::size_t index, float factor) {

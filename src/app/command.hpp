@@ -20,5 +20,6 @@ Command add_generate_command(CLI::App& parent);
 Command add_verify_command(CLI::App& parent);
 Command add_ledger_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
+Command add_backward_command(CLI::App& parent);
 
 }  // namespace linattn

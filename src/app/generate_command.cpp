@@ -1,10 +1,13 @@
 // linattn generate -o FILE --shape B,T,H,DK,DV --dtype bf16 --seed N: random
-// input files for examples and tests.
+// input files for examples and tests; with --grad INPUT.h5, the gradient input
+// of `linattn backward` for each case of INPUT.h5 instead.
 #include "app/command.hpp"
 #include "app/integer_list.hpp"
 #include "app/report.hpp"
 #include "core/random_tensor.hpp"
 #include "io/file_error.hpp"
+#include "io/grad_input_file.hpp"
+#include "io/hdf5_file.hpp"
 #include "io/input_file.hpp"
 
 #include <algorithm>
@@ -35,11 +38,38 @@ std::vector<std::int64_t> parse_lengths(const std::string& text) {
   return lengths;
 }
 
+// do and dht for every case of an existing input, in its group layout, from
+// the cases' metadata alone (inspect_case: the shapes, the dtype, the
+// sequences). Case i draws from derive_seed(seed, i), do from one stream of
+// it and dht from another.
+int generate_grads(const std::string& input, const std::string& output, std::uint64_t seed, bool compress) {
+  std::vector<NamedGrad> grads;
+  const std::vector<std::string> groups = list_cases(input);
+  {
+    const hdf5::File file = hdf5::open_read_only(input);
+    for (std::size_t i = 0; i < groups.size(); ++i) {
+      const CaseSchema c = inspect_case(file.get(), input, groups[i]);
+      const DType dtype = c.q.dtype;
+      const std::vector<std::int64_t> dht_shape = {c.num_sequences(), c.q.shape[2], c.q.shape[3], c.v.shape[3]};
+      const std::uint64_t case_seed = derive_seed(seed, i);
+      grads.push_back({groups[i], random_tensor(dtype, c.v.shape, derive_seed(case_seed, 0)),
+                       random_tensor(accumulation_dtype(dtype), dht_shape, derive_seed(case_seed, 1))});
+      std::cout << output << ":" << (groups[i].empty() ? "/" : groups[i]) << "  do " << shape_string(c.v.shape) << " "
+                << dtype_name(dtype) << "  dht " << shape_string(dht_shape) << " "
+                << dtype_name(accumulation_dtype(dtype)) << "  for " << input << '\n';
+    }
+  }
+  write_grad_file(output, grads, hdf5::WriteOptions{compress});
+  std::cout << "wrote " << output << " (gradients of " << grads.size() << " case" << (grads.size() > 1 ? "s" : "")
+            << " of " << input << ")" << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 Command add_generate_command(CLI::App& parent) {
   struct Options {
-    std::string output;
+    std::string output, grad_for;
     std::vector<std::string> shapes, dtypes = {"bf16"};
     std::uint64_t seed = 0;
     std::size_t cases = 0;
@@ -51,10 +81,10 @@ Command add_generate_command(CLI::App& parent) {
       "generate",
       "Write random inputs (uniform in [-1, 1], or (0, 1) with --positive; never zero, rounded to the dtype) in "
       "groups case0..caseK-1. "
-      "--shape and --dtype may be repeated: case i takes the (i mod count)-th of each.");
+      "--shape and --dtype may be repeated: case i takes the (i mod count)-th of each. "
+      "With --grad INPUT.h5 it writes instead the gradient input of linattn backward for every case of INPUT.h5.");
   cmd->add_option("-o,--output", o->output, "Output HDF5 file")->required();
-  cmd->add_option("--shape", o->shapes, "B,T,H,DK,DV (repeatable)")
-      ->required()
+  CLI::Option* shape = cmd->add_option("--shape", o->shapes, "B,T,H,DK,DV (repeatable; required unless --grad)")
       ->check(CLI::Validator(
           [](std::string& s) -> std::string {
             try {
@@ -91,12 +121,21 @@ Command add_generate_command(CLI::App& parent) {
   cmd->add_flag("--positive", o->positive,
                 "Values uniform in (0, 1) instead of [-1, 1]: positive q and k keep normalization's denominators "
                 "away from zero");
+  cmd->add_option("--grad", o->grad_for,
+                  "Write to -o the gradients for linattn backward of every case of this existing input file, in "
+                  "its group layout: do (shaped like v, in the input dtype) and dht ([N, H, DK, DV], fp32; fp64 for "
+                  "fp64 inputs), uniform in [-1, 1], never zero, from --seed. Takes no --shape (the input's cases "
+                  "give the shapes)")
+      ->excludes(shape)
+      ->excludes("--dtype", "--cases", "--seqlens", "--initial-state", "--initial-z", "--positive");
   cmd->add_flag("--compress", o->compress, "gzip the datasets");
   cmd->add_flag("--force", o->force, "Replace an existing file");
 
   return {cmd, [o] {
             if (!o->force && std::filesystem::exists(o->output))
               throw FileError(o->output, "exists (pass --force to overwrite)");
+            if (!o->grad_for.empty()) return generate_grads(o->grad_for, o->output, o->seed, o->compress);
+            if (o->shapes.empty()) throw std::invalid_argument("--shape is required (or --grad INPUT.h5)");
             const std::size_t count = o->cases ? o->cases : std::max(o->shapes.size(), o->dtypes.size());
             std::vector<NamedCase> cases;
             for (std::size_t i = 0; i < count; ++i) {

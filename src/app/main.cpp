@@ -31,7 +31,7 @@ Kokkos::InitArguments kokkos_settings() {
 int main(int argc, char** argv) {
   // The reader process of `run` (src/pipeline/read_process.hpp): no Kokkos, no GPU.
   if (linattn::pipeline::is_read_worker(argc, argv)) return linattn::pipeline::read_worker_main(argc, argv);
-  CLI::App app{"linattn: the chunkwise forward of causal linear attention on Kokkos, HDF5 in and out"};
+  CLI::App app{"linattn: the chunkwise forward (and backward) of causal linear attention on Kokkos, HDF5 in and out"};
   app.set_version_flag("--version", LINATTN_VERSION);
   app.require_subcommand(1);
   const std::vector<linattn::Command> commands = {
@@ -40,6 +40,7 @@ int main(int argc, char** argv) {
       linattn::add_verify_command(app),
       linattn::add_ledger_command(app),
       linattn::add_bench_command(app),
+      linattn::add_backward_command(app),
   };
   CLI11_PARSE(app, argc, argv);
 

@@ -1,11 +1,14 @@
 // linattn verify OUTPUT.h5 [--input INPUT.h5] [--per-chunk]: recompute the fp64
-// reference for the case an output file was made from and compare.
+// reference for the case an output file was made from and compare. A
+// gradient output of `linattn backward` (it holds dq) goes to verify_gradients.
 #include "app/chunk_errors.hpp"
 #include "app/command.hpp"
 #include "app/text_table.hpp"
+#include "app/verify_gradients.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "io/file_error.hpp"
+#include "io/grad_output_file.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "reference/references.hpp"
@@ -26,7 +29,7 @@ void check_shape(const std::string& file, const char* name, const Tensor& t, con
 
 Command add_verify_command(CLI::App& parent) {
   struct Options {
-    std::string output, input;
+    std::string output, input, grad;
     bool per_chunk = false;
   };
   auto o = std::make_shared<Options>();
@@ -35,12 +38,25 @@ Command add_verify_command(CLI::App& parent) {
       "Recompute the fp64 reference for an output file's input case (per packed sequence when it has "
       "cu_seqlens, normalized when the run was) and print the relative L2 error of o, h, final_state (and "
       "z_state) against the expected level (accumulation + one rounding to the stored dtype). "
+      "A gradient output of linattn backward (OUTDIR/<stem>.grad.h5) is checked the same way: the fp64 reference "
+      "backward on its input case and gradient input, dq, dk, dv and dh0. "
       "Exit code 1 if any error is above its level.");
-  cmd->add_option("output", o->output, "Output file written by linattn run")->required();
+  cmd->add_option("output", o->output, "Output file written by linattn run or linattn backward")->required();
   cmd->add_option("--input", o->input, "The input file (default: the input_file attribute of OUTPUT)");
+  cmd->add_option("--grad", o->grad,
+                  "For a gradient output: the gradient input (default: its grad_file attribute)");
   cmd->add_flag("--per-chunk", o->per_chunk, "Also print the error of o and h per chunk index (checked too)");
 
   return {cmd, [o] {
+            if (is_grad_output_file(o->output)) {
+              if (o->per_chunk)
+                throw std::invalid_argument("--per-chunk applies to forward outputs; " + o->output +
+                                            " is a gradient output of linattn backward");
+              return verify_grad_output(o->output, o->input, o->grad, std::cout);
+            }
+            if (!o->grad.empty())
+              throw std::invalid_argument("--grad applies to gradient outputs; " + o->output +
+                                          " holds no dq (a forward output?)");
             const OutputData out = read_output_file(o->output);
             const RunRecord& rec = out.record;
             const std::string input = o->input.empty() ? rec.input_file : o->input;

@@ -33,6 +33,12 @@ double variant_flops(const Problem& p, Variant v) {
   return f.ideal;
 }
 
+double backward_flops(const Problem& p, bool recompute_h) {
+  const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);
+  const double C = static_cast<double>(p.chunk), DK = static_cast<double>(p.DK), DV = static_cast<double>(p.DV);
+  return bth * (8.0 * DK * DV + 2.0 * C * (3.0 * DK + 2.0 * DV) + (recompute_h ? 2.0 * DK * DV : 0.0));
+}
+
 ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
                        bool has_initial_state) {
   const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);

@@ -33,6 +33,13 @@ FlopCounts count_flops(const Problem& p);
 // redundant prefix rebuild + readout + intra; recurrent: 4 T DK DV per head).
 double variant_flops(const Problem& p, Variant v);
 
+// FLOPs of the chunked reverse scan of the backward (README.md "The backward"),
+// in the same conventions: per chunk the four state-sized products dO h^T,
+// V dS^T, K dS and Q^T dO (8 T DK DV) and five C x C tile products, dO V^T,
+// its product with K and Q, Q K^T and its product with dO (2 T C (3 DK + 2 DV));
+// recompute_h adds the forward's state pass (2 T DK DV).
+double backward_flops(const Problem& p, bool recompute_h);
+
 struct ByteCounts {
   double q = 0, k = 0, v = 0, initial_state = 0;  // read once
   double o = 0, h = 0, final_state = 0;           // written once

@@ -67,11 +67,8 @@ void write_output_file(const std::string& path, const OutputData& out, const hdf
   stream.finish(out.record, false);
 }
 
-OutputData read_output_file(const std::string& path) {
-  const hdf5::File file = hdf5::open_read_only(path);
-  const hid_t f = file.get();
-  OutputData out;
-  RunRecord& r = out.record;
+RunRecord read_run_record(hid_t f, const std::string& path) {
+  RunRecord r;
   r.chunk_size = static_cast<std::int64_t>(required_number(f, path, "chunk_size"));
   r.scale = required_number(f, path, "scale");
   r.variant = required_string(f, path, "variant");
@@ -91,7 +88,15 @@ OutputData read_output_file(const std::string& path) {
   r.input_group = required_string(f, path, "input_group");
   r.normalize = hdf5::read_number_attribute(f, path, "/", "normalize").value_or(0.0) != 0.0;
   r.num_sequences = static_cast<std::int64_t>(hdf5::read_number_attribute(f, path, "/", "num_sequences").value_or(0.0));
+  return r;
+}
 
+OutputData read_output_file(const std::string& path) {
+  const hdf5::File file = hdf5::open_read_only(path);
+  const hid_t f = file.get();
+  OutputData out;
+  out.record = read_run_record(f, path);
+  const RunRecord& r = out.record;
   out.o = hdf5::read_tensor(f, path, "o");
   if (r.snapshot_dtype != "none") out.h = hdf5::read_tensor(f, path, "h");
   out.final_state = hdf5::read_tensor(f, path, "final_state");

@@ -44,6 +44,8 @@ struct OutputData {
 
 // The file attributes of a run (one per RunRecord field) on the file's root.
 void write_run_record(hid_t file, const std::string& path, const RunRecord& record);
+// And back: FileError naming a missing attribute (normalize and num_sequences may be absent: 0).
+RunRecord read_run_record(hid_t file, const std::string& path);
 
 // Writes path.partial and renames it to path (replacing an existing file).
 // Throws FileError; on failure no file named path is created.

@@ -1,0 +1,53 @@
+// `linattn backward` without the command line: for each forward output (a
+// file written by `linattn run`) and its gradient input, the forward's input
+// case is read again, checked against the output, and the backward runs on
+// the whole case (run_backward; no streaming) and writes
+// OUTDIR/<forward output stem>.grad.h5. A bad case is reported and skipped;
+// the others still run. HDF5 is read in this process (no reader process).
+#pragma once
+
+#include "core/problem.hpp"
+#include "kernels/backward.hpp"
+
+#include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace linattn {
+
+struct BackwardOptions {
+  std::vector<std::string> forwards;  // forward output files
+  std::vector<std::string> grads;     // one gradient input per forward output, in the same order
+  std::string outdir;
+  BackwardConfig backward;       // gemm, output dtype, recompute_h
+  bool force = false;            // replace existing outputs
+  bool allow_nonfinite = false;  // accept NaN/Inf in the inputs and gradients
+  bool durable = true;           // fsync each output before its rename
+};
+
+struct BackwardCaseResult {
+  std::string forward, grad;  // as given
+  std::string output;         // once known
+  bool ok = false;
+  std::string error;  // one line when !ok
+  std::optional<Problem> problem;
+  DType dtype = DType::f32;
+  std::string gemm;  // the path that ran
+  double kernel_seconds = 0, wall_seconds = 0;
+};
+
+// OUTDIR/STEM.grad.h5 for forward output STEM.h5.
+std::string grad_output_path(const std::string& outdir, const std::string& forward);
+
+// Runs every case. Prints a line per case to `progress` as it finishes and
+// failures (one line each) to `errors`. Throws std::invalid_argument before
+// any case runs when the gradient inputs do not pair with the forward outputs
+// or the gemm path cannot run; never throws for a bad case.
+std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& options, std::ostream& progress,
+                                                   std::ostream& errors);
+
+// The table of all cases and the closing "cases: N ok, M failed".
+void print_backward_summary(std::ostream& out, const std::vector<BackwardCaseResult>& results);
+
+}  // namespace linattn

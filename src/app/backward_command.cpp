@@ -1,0 +1,65 @@
+// linattn backward FORWARD_OUTPUT.h5... --grad GRAD.h5... -o OUTDIR: the batch backward.
+#include "app/backward_batch.hpp"
+#include "app/command.hpp"
+
+#include <iostream>
+#include <memory>
+
+namespace linattn {
+
+Command add_backward_command(CLI::App& parent) {
+  struct Options {
+    std::vector<std::string> forwards, grads;
+    std::string outdir, gemm = "auto", out_dtype = "input";
+    bool recompute_h = false, force = false, allow_nonfinite = false, no_fsync = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = parent.add_subcommand(
+      "backward",
+      "Run the backward of each forward output of `linattn run` (README.md, \"The backward\"): reads the forward's "
+      "input case (input_file, input_group), its snapshots h, and do (and dht) from the matching --grad file; "
+      "writes OUTDIR/<forward output stem>.grad.h5 (dq, dk, dv, dh0). Whole cases, no streaming; normalized "
+      "forwards are refused. Exit code 1 if any case failed; the others still run.");
+  cmd->add_option("forwards", o->forwards, "Forward output files written by linattn run")->required();
+  cmd->add_option("--grad", o->grads,
+                  "Gradient input for the forward output in the same position (repeat once per forward output): "
+                  "do [B, T, H, DV] in the input dtype, optional dht [N, H, DK, DV] in the accumulation type, in the "
+                  "group of the forward's input case if the file has it, else at the root")
+      ->required();
+  cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
+  cmd->add_option("--gemm", o->gemm,
+                  "Tile products: hosttile (host backends) or kokkoskernels; auto takes hosttile on host backends, "
+                  "kokkoskernels elsewhere")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "hosttile"}))
+      ->capture_default_str();
+  cmd->add_option("--out-dtype", o->out_dtype, "dq, dk, dv in the input dtype or in fp32 (dh0: the accumulation type)")
+      ->check(CLI::IsMember({"input", "fp32"}))
+      ->capture_default_str();
+  cmd->add_flag("--recompute-h", o->recompute_h,
+                "Recompute the snapshots (accumulation type) from the input case instead of reading h: needed for "
+                "forwards run with --snapshots none");
+  cmd->add_flag("--force", o->force, "Replace existing output files");
+  cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs and gradients");
+  cmd->add_flag("--no-fsync", o->no_fsync, "Do not flush each output to disk before renaming it into place");
+
+  return {cmd, [o] {
+            BackwardOptions opt;
+            opt.forwards = o->forwards;
+            opt.grads = o->grads;
+            opt.outdir = o->outdir;
+            opt.backward.gemm = parse_gemm_path(o->gemm);
+            opt.backward.output_fp32 = o->out_dtype == "fp32";
+            opt.backward.recompute_h = o->recompute_h;
+            opt.force = o->force;
+            opt.allow_nonfinite = o->allow_nonfinite;
+            opt.durable = !o->no_fsync;
+            const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);
+            std::cout << '\n';
+            print_backward_summary(std::cout, results);
+            for (const BackwardCaseResult& r : results)
+              if (!r.ok) return 1;
+            return 0;
+          }};
+}
+
+}  // namespace linattn

@@ -1,0 +1,78 @@
+#include "app/verify_gradients.hpp"
+
+#include "app/text_table.hpp"
+#include "core/accuracy_levels.hpp"
+#include "core/error_metrics.hpp"
+#include "io/file_error.hpp"
+#include "io/grad_input_file.hpp"
+#include "io/grad_output_file.hpp"
+#include "io/input_file.hpp"
+#include "reference/backward.hpp"
+
+#include <ostream>
+
+namespace linattn {
+
+int verify_grad_output(const std::string& path, const std::string& input_override, const std::string& grad_override,
+                       std::ostream& out) {
+  const GradOutputData gd = read_grad_output_file(path);
+  const GradRecord& gr = gd.record;
+  const RunRecord& rec = gr.run;
+  const std::string input = input_override.empty() ? rec.input_file : input_override;
+  const std::string grad = grad_override.empty() ? gr.grad_file : grad_override;
+  const std::string group = rec.input_group == "/" ? "" : rec.input_group;
+  // The reference runs on the values as stored, whatever they are.
+  const CaseData in = read_case(input, group, ReadOptions{true});
+  const DType dtype = in.q.dtype;
+  if (rec.input_dtype != dtype_name(dtype))
+    throw FileError(input, dataset_path(group, "q"),
+                    std::string("dtype ") + dtype_name(dtype) + ", but " + path + " was made from " + rec.input_dtype +
+                        " inputs (wrong --input?)");
+  const bool has_s0 = !in.initial_state.empty();
+  const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
+                                        has_s0 ? &in.initial_state.shape : nullptr, in.cu_seqlens);
+  if (rec.num_sequences != 0 && rec.num_sequences != p.num_sequences())
+    throw FileError(path, "attribute 'num_sequences' = " + std::to_string(rec.num_sequences) +
+                              ", but the input case holds " + std::to_string(p.num_sequences()) +
+                              " sequences (wrong --input?)");
+  const std::pair<const char*, const Tensor*> outputs[] = {
+      {"dq", &gd.dq}, {"dk", &gd.dk}, {"dv", &gd.dv}, {"dh0", &gd.dh0}};
+  const std::vector<std::int64_t> shapes[] = {p.qk_shape(), p.qk_shape(), p.v_shape(), p.state_shape()};
+  for (int i = 0; i < 4; ++i)
+    if (outputs[i].second->shape != shapes[i])
+      throw FileError(path, outputs[i].first, "shape " + shape_string(outputs[i].second->shape) +
+                                                  ", but the input case implies " + shape_string(shapes[i]));
+  const GradData g = read_grad_case(grad, gr.grad_group, p, dtype, ReadOptions{true});
+
+  const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
+                            s0 = in.initial_state.to_double(), d_o = g.d_o.to_double(), dht = g.dht.to_double();
+  const reference::Gradients ref =
+      reference::backward(p, {q, k, v, has_s0 ? &s0 : nullptr}, {d_o, g.dht.empty() ? nullptr : &dht});
+
+  // dq reads the snapshots: bf16 ones add one bf16 rounding of the state, as
+  // they do to o in the materialized forward.
+  const bool bf16_snapshots = !gr.recompute_h && rec.snapshot_dtype == "bf16";
+  const double levels[] = {output_level(dtype, gd.dq.dtype, bf16_snapshots), stored_level(dtype, gd.dk.dtype),
+                           stored_level(dtype, gd.dv.dtype), stored_level(dtype, gd.dh0.dtype)};
+  const std::vector<double>* refs[] = {&ref.dq, &ref.dk, &ref.dv, &ref.dh0};
+
+  out << path << " against " << input << (group.empty() ? "" : ":" + group) << " and " << grad
+      << (g.group.empty() ? "" : ":" + g.group) << "  (backward (" << rec.gemm_path << "), chunk " << p.chunk
+      << ", scale " << p.scale << ", " << dtype_name(dtype) << " inputs"
+      << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
+      << (gr.recompute_h ? ", snapshots recomputed" : ", " + rec.snapshot_dtype + " snapshots")
+      << (g.dht.empty() ? ", no dht" : "") << ")\n";
+  TextTable table{{"tensor", "dtype", "rel_L2", "level", "status"}, {false, false, true, true, false}, {}};
+  bool ok = true;
+  for (int i = 0; i < 4; ++i) {
+    const double error = relative_l2(outputs[i].second->to_double(), *refs[i]);
+    const bool below = error <= levels[i];  // NaN fails
+    ok = ok && below;
+    table.rows.push_back({outputs[i].first, dtype_name(outputs[i].second->dtype), scientific(error, 2),
+                          scientific(levels[i], 2), below ? "ok" : "ABOVE LEVEL"});
+  }
+  out << table.str() << (ok ? "verify: ok" : "verify: FAILED (error above the expected level)") << std::endl;
+  return ok ? 0 : 1;
+}
+
+}  // namespace linattn

@@ -1,0 +1,45 @@
+// The gradient-output schema (docs/HDF5.md, "Gradient outputs"): what
+// `linattn backward` writes per forward output, OUTDIR/<stem>.grad.h5 with
+// dq, dk [B, T, H, DK] and dv [B, T, H, DV] (layout="BTHD"; the input dtype,
+// or fp32), dh0 [N, H, DK, DV] (the accumulation type), cu_seqlens for packed
+// inputs, and the run's attributes (write_run_record's, variant "backward")
+// plus where the forward and the gradients came from, so that `linattn
+// verify` can redo it from the input case and the gradient file.
+#pragma once
+
+#include "core/tensor.hpp"
+#include "io/output_file.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace linattn {
+
+struct GradRecord {
+  RunRecord run;             // input_file and input_group name the forward's input case
+  std::string forward_file;  // the forward output, as given on the command line
+  std::string grad_file;     // the gradient input, as given
+  std::string grad_group;    // where do and dht were read: "/" for the root
+  bool recompute_h = false;  // the snapshots were recomputed (run.snapshot_dtype is then the accumulation type)
+};
+
+struct GradOutputData {
+  Tensor dq, dk, dv, dh0;
+  std::vector<std::int64_t> cu_seqlens;  // copied from the input; empty for a plain batch
+  GradRecord record;
+};
+
+// Writes path.partial and renames it to path (replacing an existing file);
+// with durable, flushed to disk first (hdf5::NewFile::commit). Throws
+// FileError; on failure no file named path is created.
+void write_grad_output_file(const std::string& path, const GradOutputData& out, bool durable = true);
+
+// True when the file holds dq: a gradient output rather than a forward one.
+bool is_grad_output_file(const std::string& path);
+
+// Reads a gradient output back (tensors bit-exact, attributes); FileError when
+// a dataset or attribute is missing or malformed.
+GradOutputData read_grad_output_file(const std::string& path);
+
+}  // namespace linattn
