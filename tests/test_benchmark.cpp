@@ -63,6 +63,32 @@ TEST(Benchmark, PackedAndNormalizedBatchesAreCheckedAgainstTheirReference) {
   }
 }
 
+// `bench --backward`: one backward row, timed on data made on the device, its
+// dq on the slice checked against the fp64 reference (plain and packed; a
+// kernel that wrote nothing would show the NaN poison).
+TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
+  BenchConfig bc;
+  bc.problem.B = 1; bc.problem.T = 300; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 48; bc.problem.chunk = 32;
+  bc.dtype = DType::f32;
+  bc.snapshots = SnapshotMode::accumulation;
+  bc.backward = true;
+  bc.reps = 2;
+  bc.warmup = 1;
+  bc.accuracy_tokens = 200;
+  for (bool packed : {false, true}) {
+    bc.problem.cu_seqlens = packed ? std::vector<std::int64_t>{0, 1, 64, 130, 300} : std::vector<std::int64_t>{};
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 1u);
+    const VariantTiming& row = r.rows[0];
+    EXPECT_TRUE(row.backward);
+    EXPECT_GT(row.median_ms, 0.0);
+    EXPECT_GT(row.min_bytes, 0.0);
+    EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32)) << (packed ? "packed" : "plain");
+  }
+  bc.normalize = true;
+  EXPECT_THROW(run_benchmark(bc), std::invalid_argument);
+}
+
 // An explicit path that cannot run for one of the variants is refused before
 // any is timed, with the message `run` gives (it once ran materialized on the
 // portable kernels under --gemm tensorcore).

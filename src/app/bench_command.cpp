@@ -63,7 +63,7 @@ Command add_bench_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> shapes;
     std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json, seqlens;
-    bool normalize = false;
+    bool normalize = false, backward = false;
     std::vector<std::string> variants = {"fused", "materialized", "recompute"};
     std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
     int segments = 0;
@@ -87,6 +87,9 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--seqlens", o->seqlens,
                   "A packed batch (B = 1, like fla's cu_seqlens): N sequences cut at uniform random points from "
                   "--seed, or the lengths L1,L2,... (adding up to T)");
+  cmd->add_flag("--backward", o->backward,
+                "Time the backward (dq, dk, dv, dh0 from the stored snapshots) instead of the forward variants; "
+                "its o rel L2 column is dq's on the slice");
   cmd->add_flag("--normalize", o->normalize,
                 "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
@@ -128,6 +131,7 @@ Command add_bench_command(CLI::App& parent) {
                 bc.problem.cu_seqlens = bench_cu_seqlens(o->seqlens, bc.problem.T, o->seed);
               }
               bc.normalize = o->normalize;
+              bc.backward = o->backward;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();
               for (const std::string& v : o->variants) bc.variants.push_back(parse_variant(v));
@@ -153,7 +157,7 @@ Command add_bench_command(CLI::App& parent) {
               std::cout << "# " << shape << " " << o->dtype << ": " << r.device << " (" << r.backend << ", Kokkos "
                         << r.kokkos_version << "), copy bandwidth " << fixed(r.copy_gbps, 1) << " GB/s" << std::endl;
               for (const VariantTiming& t : r.rows) {
-                table.rows.push_back({shape, variant_name(t.variant), gemm_path_name(t.gemm), std::to_string(t.block_dv),
+                table.rows.push_back({shape, (t.backward ? "backward" : variant_name(t.variant)), gemm_path_name(t.gemm), std::to_string(t.block_dv),
                                       std::to_string(t.segments), fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
                                       fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
                 doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
@@ -164,7 +168,7 @@ Command add_bench_command(CLI::App& parent) {
                                        {"dtype", o->dtype},
                                        {"out_dtype", o->out_dtype},
                                        {"snapshots", o->snapshots},
-                                       {"variant", variant_name(t.variant)},
+                                       {"variant", (t.backward ? "backward" : variant_name(t.variant))},
                                        {"gemm", gemm_path_name(t.gemm)},
                                        {"block_dv", t.block_dv},
                                        {"segments", t.segments},

@@ -3,8 +3,11 @@
 #include "core/error_metrics.hpp"
 #include "core/ledger.hpp"
 #include "core/random_tensor.hpp"
+#include "kernels/backward.hpp"
 #include "kernels/forward_typed.hpp"
+#include "kernels/fused_backward.hpp"
 #include "kernels/run_variant.hpp"
+#include "reference/backward.hpp"
 #include "reference/references.hpp"
 
 #include <Kokkos_Random.hpp>
@@ -166,9 +169,111 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   return report;
 }
 
+// The backward of the fused forward: q, k, v, do made on the device, h stored
+// by one forward run (as `run` stores it), then the reverse scan timed. Its
+// floor reads q, k, v, do and h and writes dq, dk, dv and dh0 once. dq on the
+// (b = 0, h = 0) slice is checked against the fp64 reference (dq_t depends on
+// tokens up to t only; dk and dv need the tokens after the slice).
+template <class In, class Out, class Snap>
+BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
+  using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  const Problem& p = bc.problem;
+  BenchReport report;
+  auto alloc4 = [](const char* name, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+    return DeviceView4<In>(Kokkos::view_alloc(std::string(name), Kokkos::WithoutInitializing), a, b, c, d);
+  };
+  const DeviceView4<In> q = alloc4("q", p.B, p.T, p.H, p.DK), k = alloc4("k", p.B, p.T, p.H, p.DK),
+                        v = alloc4("v", p.B, p.T, p.H, p.DV), d_o = alloc4("do", p.B, p.T, p.H, p.DV);
+  fill_random(q, derive_seed(bc.seed, 1), false);
+  fill_random(k, derive_seed(bc.seed, 2), false);
+  fill_random(v, derive_seed(bc.seed, 3), false);
+  fill_random(d_o, derive_seed(bc.seed, 4), false);
+  const std::int64_t N = p.num_sequences();
+  const std::vector<std::int64_t> hs = p.h_shape();
+  ForwardViews<In, Acc, Snap, Acc> fw;
+  fw.q = q;
+  fw.k = k;
+  fw.v = v;
+  fw.o = DeviceView4<Acc>(Kokkos::view_alloc(std::string("o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  fw.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("final_state"), Kokkos::WithoutInitializing), N,
+                                    p.H, p.DK, p.DV);
+  const DeviceView5<Snap> h(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), hs[0], hs[1], hs[2],
+                            hs[3], hs[4]);
+  fw.h = h;
+  ForwardConfig fc;
+  fc.snapshots = bc.snapshots;
+  run_variant(p, fc, fw);
+
+  BackwardViews<In, Out, Snap, Acc> views;
+  views.q = q;
+  views.k = k;
+  views.v = v;
+  views.d_o = d_o;
+  views.h = h;
+  views.dq = DeviceView4<Out>(Kokkos::view_alloc(std::string("dq"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+  views.dv = DeviceView4<Out>(Kokkos::view_alloc(std::string("dv"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
+  views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
+  BackwardConfig cfg;
+  cfg.gemm = bc.gemm;
+  const PathChoice choice = choose_backward_path(cfg);
+  const TileGemm gemm = choice.path == GemmPath::host_tile ? TileGemm::host : TileGemm::portable;
+  const SequenceMap seqs = make_sequence_map(p);
+  Kokkos::deep_copy(views.dq, quiet_nan<Out>());
+  for (int i = 0; i < bc.warmup; ++i) run_fused_backward<decltype(views), Acc>(p, views, seqs, bc.team_size, gemm);
+  Kokkos::fence();
+  std::vector<double> ms;
+  for (int i = 0; i < bc.reps; ++i) {
+    Kokkos::Timer timer;
+    run_fused_backward<decltype(views), Acc>(p, views, seqs, bc.team_size, gemm);
+    Kokkos::fence();
+    ms.push_back(timer.seconds() * 1e3);
+  }
+  // dq on the slice against the fp64 reference, from the values the kernel read (h as stored is the
+  // kernel's; the reference recomputes it, so bf16 snapshots show as one bf16 rounding).
+  const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
+  Problem slice = p;
+  slice.B = 1;
+  slice.H = 1;
+  slice.T = tokens;
+  if (p.varlen()) {
+    slice.cu_seqlens.clear();
+    for (std::int64_t c : p.cu_seqlens)
+      if (c < tokens) slice.cu_seqlens.push_back(c);
+    slice.cu_seqlens.push_back(tokens);
+  }
+  const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens),
+                            dos = slice_to_host(d_o, tokens);
+  const reference::Gradients ref = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
+
+  VariantTiming row;
+  row.backward = true;
+  row.gemm = choice.path;
+  row.block_dv = p.DV;
+  row.median_ms = median(ms);
+  row.min_ms = *std::min_element(ms.begin(), ms.end());
+  row.max_ms = *std::max_element(ms.begin(), ms.end());
+  row.flops = backward_flops(p, false);
+  const double in_bytes = dtype_size(bc.dtype), out_bytes = dtype_size(bc.output_fp32 ? DType::f32 : bc.dtype);
+  const double tokens_all = double(p.B) * p.T * p.H;
+  row.min_bytes = tokens_all * (2 * p.DK + 2 * p.DV) * in_bytes + double(hs[0]) * hs[1] * hs[2] * hs[3] * hs[4] * sizeof(Snap) +
+                  tokens_all * (2 * p.DK + p.DV) * out_bytes + double(N) * p.H * p.DK * p.DV * sizeof(Acc);
+  row.gbps = row.min_bytes / (row.median_ms * 1e-3) / 1e9;
+  row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12;
+  row.copy_fraction = row.gbps / copy_gbps;
+  row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
+  row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
+  report.rows.push_back(row);
+  return report;
+}
+
 template <class In, class Out>
 BenchReport bench_snapshot_type(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
+  if (bc.backward) {
+    if (bc.snapshots == SnapshotMode::bf16) return bench_backward_typed<In, Out, bf16_t>(bc, copy_gbps);
+    return bench_backward_typed<In, Out, Acc>(bc, copy_gbps);
+  }
   if (bc.snapshots == SnapshotMode::bf16) return bench_typed<In, Out, bf16_t>(bc, copy_gbps);
   return bench_typed<In, Out, Acc>(bc, copy_gbps);
 }
@@ -202,7 +307,16 @@ BenchReport run_benchmark(const BenchConfig& bc) {
   validate(bc.problem);
   if (bc.reps < 1) throw std::invalid_argument("reps must be at least 1");
   // Every variant's path is checked before any is timed, with run's checks and messages.
-  for (Variant variant : bc.variants) check_forward(bc.problem, forward_config(bc, variant), bc.dtype);
+  if (bc.backward) {
+    if (bc.normalize) throw std::invalid_argument("the backward takes unnormalized forwards: --backward with --normalize");
+    if (bc.snapshots == SnapshotMode::none) throw std::invalid_argument("--backward reads the snapshots: not --snapshots none");
+    BackwardConfig cfg;
+    cfg.gemm = bc.gemm;
+    const PathChoice choice = choose_backward_path(cfg);
+    if (!choice.ok()) throw std::invalid_argument(choice.refusal);
+  } else {
+    for (Variant variant : bc.variants) check_forward(bc.problem, forward_config(bc, variant), bc.dtype);
+  }
   const bool gpu = !std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
   const double copy_gbps = measure_copy_bandwidth(gpu ? (std::size_t(2) << 30) : (std::size_t(512) << 20), gpu ? 10 : 5);
   BenchReport report;

@@ -21,6 +21,7 @@ struct BenchConfig {
   SnapshotMode snapshots = SnapshotMode::bf16;  // as fla stores h
   bool output_fp32 = false;
   bool normalize = false;  // fla's normalize=True (o divided by scale q . cumsum k)
+  bool backward = false;   // time the backward (run_backward's kernel) instead of the forward variants
   std::int64_t block_dv = 0;
   int segments = 0;  // tensor-core kernel: 0 chooses
   int team_size = 0;
@@ -32,6 +33,7 @@ struct BenchConfig {
 
 struct VariantTiming {
   Variant variant = Variant::fused;
+  bool backward = false;  // a backward row: o_rel_l2 is then dq's, on the slice
   GemmPath gemm = GemmPath::kokkos_kernels;
   std::int64_t block_dv = 0;
   int segments = 1;
