@@ -66,6 +66,34 @@ std::vector<double> slice_to_host(const DeviceView4<T>& x, std::int64_t tokens) 
   return std::vector<double>(host.data(), host.data() + tokens * D);
 }
 
+// The (b = 0, h = 0) slice of p's first `tokens` tokens as a problem of its
+// own: B = H = 1 and, when packed, the sequences it cuts, up to its end.
+Problem accuracy_slice(const Problem& p, std::int64_t tokens) {
+  Problem slice = p;
+  slice.B = 1;
+  slice.H = 1;
+  slice.T = tokens;
+  if (p.varlen()) {
+    slice.cu_seqlens.clear();
+    for (std::int64_t c : p.cu_seqlens)
+      if (c < tokens) slice.cu_seqlens.push_back(c);
+    slice.cu_seqlens.push_back(tokens);
+  }
+  return slice;
+}
+
+// A row's times (median, min, max of `ms`) and the rates derived from them and
+// its flops and min_bytes (set before), against the run's copy bandwidth.
+void set_times(VariantTiming& row, const std::vector<double>& ms, double copy_gbps) {
+  row.median_ms = median(ms);
+  row.min_ms = *std::min_element(ms.begin(), ms.end());
+  row.max_ms = *std::max_element(ms.begin(), ms.end());
+  row.gbps = row.min_bytes / (row.median_ms * 1e-3) / 1e9;
+  row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12;
+  row.copy_fraction = row.gbps / copy_gbps;
+  row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
+}
+
 ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
   ForwardConfig cfg;
   cfg.variant = variant;
@@ -110,16 +138,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that
   // slice (and, when packed, on the sequences it cuts, up to its end).
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
-  Problem slice = p;
-  slice.B = 1;
-  slice.H = 1;
-  slice.T = tokens;
-  if (p.varlen()) {
-    slice.cu_seqlens.clear();
-    for (std::int64_t c : p.cu_seqlens)
-      if (c < tokens) slice.cu_seqlens.push_back(c);
-    slice.cu_seqlens.push_back(tokens);
-  }
+  const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens);
   const std::vector<double> o_ref = reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o;
 
@@ -152,17 +171,11 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     row.gemm = run.gemm;
     row.block_dv = run.plan.block_dv;
     row.segments = run.segments;
-    row.median_ms = median(ms);
-    row.min_ms = *std::min_element(ms.begin(), ms.end());
-    row.max_ms = *std::max_element(ms.begin(), ms.end());
     row.flops = variant_flops(p, variant);
     row.min_bytes = count_bytes(p, in_dtype, out_dtype, bc.snapshots == SnapshotMode::none ? nullptr : &snap_dtype,
                                 false)
                         .total();
-    row.gbps = row.min_bytes / (row.median_ms * 1e-3) / 1e9;
-    row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12;
-    row.copy_fraction = row.gbps / copy_gbps;
-    row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
+    set_times(row, ms, copy_gbps);
     row.o_rel_l2 = relative_l2(slice_to_host(views.o, tokens), o_ref);
     report.rows.push_back(row);
   }
@@ -232,16 +245,7 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   // dq on the slice against the fp64 reference, from the values the kernel read (h as stored is the
   // kernel's; the reference recomputes it, so bf16 snapshots show as one bf16 rounding).
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
-  Problem slice = p;
-  slice.B = 1;
-  slice.H = 1;
-  slice.T = tokens;
-  if (p.varlen()) {
-    slice.cu_seqlens.clear();
-    for (std::int64_t c : p.cu_seqlens)
-      if (c < tokens) slice.cu_seqlens.push_back(c);
-    slice.cu_seqlens.push_back(tokens);
-  }
+  const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens),
                             dos = slice_to_host(d_o, tokens);
   const reference::Gradients ref = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
@@ -250,18 +254,12 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   row.backward = true;
   row.gemm = choice.path;
   row.block_dv = p.DV;
-  row.median_ms = median(ms);
-  row.min_ms = *std::min_element(ms.begin(), ms.end());
-  row.max_ms = *std::max_element(ms.begin(), ms.end());
   row.flops = backward_flops(p, false);
   const double in_bytes = dtype_size(bc.dtype), out_bytes = dtype_size(bc.output_fp32 ? DType::f32 : bc.dtype);
   const double tokens_all = double(p.B) * p.T * p.H;
   row.min_bytes = tokens_all * (2 * p.DK + 2 * p.DV) * in_bytes + double(hs[0]) * hs[1] * hs[2] * hs[3] * hs[4] * sizeof(Snap) +
                   tokens_all * (2 * p.DK + p.DV) * out_bytes + double(N) * p.H * p.DK * p.DV * sizeof(Acc);
-  row.gbps = row.min_bytes / (row.median_ms * 1e-3) / 1e9;
-  row.tflops = row.flops / (row.median_ms * 1e-3) / 1e12;
-  row.copy_fraction = row.gbps / copy_gbps;
-  row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
+  set_times(row, ms, copy_gbps);
   row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
   report.rows.push_back(row);
   return report;

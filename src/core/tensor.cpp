@@ -58,4 +58,10 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
   return os.str();
 }
 
+void require_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
+  if (t.shape != expected)
+    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
+                                shape_string(expected));
+}
+
 }  // namespace linattn

@@ -37,4 +37,7 @@ struct Tensor {
 
 std::string shape_string(const std::vector<std::int64_t>& shape);  // "[2, 64, 4, 32]"
 
+// Throws std::invalid_argument "NAME has shape [..], expected [..]" unless t has `expected`.
+void require_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name);
+
 }  // namespace linattn

@@ -9,21 +9,6 @@ namespace linattn {
 
 namespace {
 
-void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
-  if (t.shape != expected)
-    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
-                                shape_string(expected));
-}
-
-template <class T>
-DeviceView5<T> upload5(const char* label, const Tensor& t) {
-  DeviceView5<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
-                   t.shape[2], t.shape[3], t.shape[4]);
-  HostView5<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4]);
-  Kokkos::deep_copy(d, hv);
-  return d;
-}
-
 // The forward's snapshots in the accumulation type, recomputed on the device
 // (fused variant, whatever path the forward takes here).
 template <class In, class Acc>
@@ -142,17 +127,17 @@ BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, cons
   validate(p);
   const PathChoice choice = choose_backward_path(config);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
-  check_shape(q, p.qk_shape(), "q");
-  check_shape(k, p.qk_shape(), "k");
-  check_shape(v, p.v_shape(), "v");
-  check_shape(d_o, p.v_shape(), "do");
+  require_shape(q, p.qk_shape(), "q");
+  require_shape(k, p.qk_shape(), "k");
+  require_shape(v, p.v_shape(), "v");
+  require_shape(d_o, p.v_shape(), "do");
   if (k.dtype != q.dtype || v.dtype != q.dtype || d_o.dtype != q.dtype)
     throw std::invalid_argument("q, k, v and do must share one dtype");
-  if (dht) check_shape(*dht, p.state_shape(), "dht");
-  if (initial_state) check_shape(*initial_state, p.state_shape(), "initial_state");
+  if (dht) require_shape(*dht, p.state_shape(), "dht");
+  if (initial_state) require_shape(*initial_state, p.state_shape(), "initial_state");
   if (!config.recompute_h) {
     if (!h) throw std::invalid_argument("the backward needs the forward's snapshots h (or recompute_h)");
-    check_shape(*h, p.h_shape(), "h");
+    require_shape(*h, p.h_shape(), "h");
     if (h->dtype != DType::bf16 && h->dtype != accumulation_dtype(q.dtype))
       throw std::invalid_argument(std::string("h must be bf16 or ") + dtype_name(accumulation_dtype(q.dtype)) + ", not " +
                                   dtype_name(h->dtype));

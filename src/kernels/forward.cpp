@@ -30,12 +30,6 @@ DType snapshot_dtype(DType input, SnapshotMode mode) {
 
 namespace {
 
-void check_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
-  if (t.shape != expected)
-    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
-                                shape_string(expected));
-}
-
 template <class In, class Out>
 ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
                                  const Tensor& v, const Tensor* s0, const Tensor* z0) {
@@ -75,16 +69,16 @@ void check_forward(const Problem& p, const ForwardConfig& config, DType input) {
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
   check_forward(p, config, q.dtype);
-  check_shape(q, p.qk_shape(), "q");
-  check_shape(k, p.qk_shape(), "k");
-  check_shape(v, p.v_shape(), "v");
+  require_shape(q, p.qk_shape(), "q");
+  require_shape(k, p.qk_shape(), "k");
+  require_shape(v, p.v_shape(), "v");
   if (k.dtype != q.dtype || v.dtype != q.dtype)
     throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
                                 dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
-  if (initial_state) check_shape(*initial_state, p.state_shape(), "initial_state");
+  if (initial_state) require_shape(*initial_state, p.state_shape(), "initial_state");
   if (initial_z) {
     if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
-    check_shape(*initial_z, p.z_shape(), "z_state (initial)");
+    require_shape(*initial_z, p.z_shape(), "z_state (initial)");
   }
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)

@@ -47,6 +47,15 @@ DeviceView3<T> upload3(const char* label, const Tensor& t) {
   return d;
 }
 
+template <class T>
+DeviceView5<T> upload5(const char* label, const Tensor& t) {
+  DeviceView5<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
+                   t.shape[2], t.shape[3], t.shape[4]);
+  HostView5<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4]);
+  Kokkos::deep_copy(d, hv);
+  return d;
+}
+
 // t converted to dtype (a copy only when it differs).
 inline Tensor converted(const Tensor& t, DType dtype) {
   return t.dtype == dtype ? t : Tensor::from_double(dtype, t.shape, t.to_double());

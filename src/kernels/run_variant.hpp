@@ -27,10 +27,9 @@ struct VariantRun {
   int segments = 1;  // per sequence (tensor-core kernel only)
 };
 
+// Runs the variant on `choice`'s path (choose_path_here's answer, not refused).
 template <class Views>
-VariantRun run_variant(const Problem& p, const ForwardConfig& config, const Views& views) {
-  const PathChoice choice = choose_path_here<typename Views::input_type>(p, config);
-  if (!choice.ok()) throw std::invalid_argument(choice.refusal);
+VariantRun run_variant_on(const Problem& p, const ForwardConfig& config, const Views& views, const PathChoice& choice) {
   VariantRun run;
   run.gemm = choice.path;
   if (choice.path == GemmPath::tensor_core) {
@@ -58,6 +57,13 @@ VariantRun run_variant(const Problem& p, const ForwardConfig& config, const View
       break;
   }
   return run;
+}
+
+template <class Views>
+VariantRun run_variant(const Problem& p, const ForwardConfig& config, const Views& views) {
+  const PathChoice choice = choose_path_here<typename Views::input_type>(p, config);
+  if (!choice.ok()) throw std::invalid_argument(choice.refusal);
+  return run_variant_on(p, config, views, choice);
 }
 
 // Normalization's views: z0 ([N, H, DK] or empty), z_state, and o_raw, the
@@ -103,7 +109,7 @@ VariantRun run_variant_normalized(const Problem& p, const ForwardConfig& config,
   raw.o = norm.o_raw;
   raw.h = views.h;
   raw.final_state = views.final_state;
-  const VariantRun run = run_variant(p, config, raw);
+  const VariantRun run = run_variant_on(p, config, raw, choice);
   run_normalize<In, Acc, typename Views::output_type>(p, make_sequence_map(p), views.q, views.k, norm.o_raw, views.o,
                                                       norm.z0, norm.z_state);
   return run;
