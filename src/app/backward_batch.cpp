@@ -7,6 +7,8 @@
 #include "io/file_error.hpp"
 #include "io/grad_input_file.hpp"
 #include "io/grad_output_file.hpp"
+#include "io/hdf5_dataset.hpp"
+#include "io/hdf5_file.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "kernels/execution.hpp"
@@ -51,17 +53,44 @@ void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, Ba
   if (!opt.force && fs::exists(r.output)) throw FileError(r.output, "output exists (pass --force to overwrite)");
 }
 
+// What the backward needs of a forward output: its attributes, the shapes of
+// o and final_state (checked against the input; their data is not needed, and
+// o is as large as the inputs), its snapshots (not read when they will be
+// recomputed) and its cu_seqlens.
+struct ForwardOutputParts {
+  RunRecord record;
+  std::vector<std::int64_t> o_shape, final_state_shape, h_shape;  // h_shape empty: no snapshots stored
+  Tensor h;                                                       // read only when asked for
+  std::vector<std::int64_t> cu_seqlens;
+};
+
+ForwardOutputParts read_forward_parts(const std::string& path, bool read_h) {
+  const hdf5::File file = hdf5::open_read_only(path);
+  const hid_t f = file.get();
+  ForwardOutputParts fw;
+  fw.record = read_run_record(f, path);
+  fw.o_shape = hdf5::dataset_info(f, path, "o").shape;
+  fw.final_state_shape = hdf5::dataset_info(f, path, "final_state").shape;
+  if (fw.record.snapshot_dtype != "none") {
+    fw.h_shape = hdf5::dataset_info(f, path, "h").shape;
+    if (read_h) fw.h = hdf5::read_tensor(f, path, "h");
+  }
+  if (hdf5::link_exists(f, "cu_seqlens")) fw.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
+  return fw;
+}
+
 // The forward output against the input case it names: the same shapes and
 // sequences, so that its snapshots belong to these q, k and v.
-void check_forward_matches(const std::string& forward, const OutputData& fw, const Problem& p) {
+void check_forward_matches(const std::string& forward, const ForwardOutputParts& fw, const Problem& p) {
   const std::string its = "its input case " + fw.record.input_file + ":" + fw.record.input_group;
   const std::string changed = " (the input changed since the forward?)";
-  auto check_shape = [&](const char* name, const Tensor& t, const std::vector<std::int64_t>& expected) {
-    if (t.shape != expected)
-      throw FileError(forward, name, "shape " + shape_string(t.shape) + ", but " + its + " implies " +
+  auto check_shape = [&](const char* name, const std::vector<std::int64_t>& shape,
+                         const std::vector<std::int64_t>& expected) {
+    if (shape != expected)
+      throw FileError(forward, name, "shape " + shape_string(shape) + ", but " + its + " implies " +
                                          shape_string(expected) + " at chunk " + std::to_string(p.chunk) + changed);
   };
-  check_shape("o", fw.o, p.o_shape());
+  check_shape("o", fw.o_shape, p.o_shape());
   if (fw.record.num_sequences != 0 && fw.record.num_sequences != p.num_sequences())
     throw FileError(forward, "attribute 'num_sequences' = " + std::to_string(fw.record.num_sequences) + ", but " +
                                  its + " holds " + std::to_string(p.num_sequences()) + " sequences" + changed);
@@ -72,19 +101,19 @@ void check_forward_matches(const std::string& forward, const OutputData& fw, con
     if (fw.cu_seqlens[i] != p.cu_seqlens[i])
       throw FileError(forward, "cu_seqlens", "entry " + std::to_string(i) + " is " + std::to_string(fw.cu_seqlens[i]) +
                                                  ", but " + its + " has " + std::to_string(p.cu_seqlens[i]) + changed);
-  check_shape("final_state", fw.final_state, p.state_shape());
-  if (!fw.h.empty()) check_shape("h", fw.h, p.h_shape());
+  check_shape("final_state", fw.final_state_shape, p.state_shape());
+  if (!fw.h_shape.empty()) check_shape("h", fw.h_shape, p.h_shape());
 }
 
 // One case, start to finish; throws on the first problem.
 void run_case(const BackwardOptions& opt, BackwardCaseResult& r) {
   const Clock::time_point started = Clock::now();
-  const OutputData fw = read_output_file(r.forward);
+  const bool recompute = opt.backward.recompute_h;
+  const ForwardOutputParts fw = read_forward_parts(r.forward, !recompute);
   const RunRecord& rec = fw.record;
   if (rec.normalize)
     throw FileError(r.forward, "is a normalized forward (--normalize): the backward takes unnormalized forwards");
-  const bool recompute = opt.backward.recompute_h;
-  if (fw.h.empty() && !recompute)
+  if (fw.h_shape.empty() && !recompute)
     throw FileError(r.forward, "holds no snapshots h (its forward ran with --snapshots none): pass --recompute-h to "
                                "recompute them from the input case");
 
