@@ -453,5 +453,100 @@ TEST(PathChoice, CheckForwardThrowsTheRefusal) {
   }
 }
 
+// --- the backward -----------------------------------------------------------
+
+// bf16 in and out, chunk 64, DK 128, DV 128 on CUDA: the tensor-core backward's home.
+BackwardPathFacts backward_on_cuda() {
+  BackwardPathFacts f;
+  f.backend = Backend::cuda;
+  f.input = DType::bf16;
+  f.chunk = 64;
+  f.DK = 128;
+  f.DV = 128;
+  return f;
+}
+
+GemmPath backward_path_of(const BackwardPathFacts& f) {
+  const PathChoice c = choose_backward_path(f);
+  EXPECT_TRUE(c.ok()) << c.refusal;
+  return c.path;
+}
+
+std::string backward_refusal_of(const BackwardPathFacts& f) {
+  const PathChoice c = choose_backward_path(f);
+  EXPECT_FALSE(c.ok()) << "ran on " << gemm_path_name(c.path);
+  return c.refusal;
+}
+
+TEST(BackwardPathChoice, Bf16OnCudaTakesTensorCores) {
+  EXPECT_EQ(backward_path_of(backward_on_cuda()), GemmPath::tensor_core);
+  BackwardPathFacts f = backward_on_cuda();
+  f.input = DType::f16;
+  f.DK = 64;
+  f.DV = 64;
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.DK = 128;  // DK != DV
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+}
+
+TEST(BackwardPathChoice, WhatTensorCoresCannotRunTakesKokkosKernelsUnderAuto) {
+  BackwardPathFacts fp32_out = backward_on_cuda(), fp32_in = backward_on_cuda(), chunk32 = backward_on_cuda(),
+                    dk96 = backward_on_cuda(), dv32 = backward_on_cuda();
+  fp32_out.output_fp32 = true;
+  fp32_in.input = DType::f32;
+  chunk32.chunk = 32;
+  dk96.DK = 96;
+  dv32.DV = 32;
+  for (const BackwardPathFacts& f : {fp32_out, fp32_in, chunk32, dk96, dv32}) {
+    EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
+    BackwardPathFacts asked = f;
+    asked.requested = GemmPath::tensor_core;
+    EXPECT_TRUE(contains(backward_refusal_of(asked), "--gemm tensorcore is not available for the backward"));
+  }
+  fp32_out.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(backward_refusal_of(fp32_out), "fp32"));
+  chunk32.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(backward_refusal_of(chunk32), "chunk 32"));
+}
+
+TEST(BackwardPathChoice, ExplicitRequestsRunAsAskedOrAreRefused) {
+  BackwardPathFacts f = backward_on_cuda();
+  f.requested = GemmPath::kokkos_kernels;
+  EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
+  f.requested = GemmPath::tensor_core;
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.requested = GemmPath::host_tile;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "not a host space"));
+  f.requested = GemmPath::registers;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "--gemm registers is not available for the backward"));
+}
+
+TEST(BackwardPathChoice, HostTakesHostTilesAndOtherDevicesKokkosKernels) {
+  BackwardPathFacts f = backward_on_cuda();
+  f.backend = Backend::host;
+  EXPECT_EQ(backward_path_of(f), GemmPath::host_tile);
+  f.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "needs the CUDA backend"));
+  f.backend = Backend::other_device;
+  f.requested = GemmPath::automatic;
+  EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
+}
+
+// Before a case is known (a batch's first check), only what holds for every case is refused.
+TEST(BackwardPathChoice, WithoutACaseOnlyCaseFreeFactsDecide) {
+  BackwardPathFacts f = backward_on_cuda();
+  f.known_case = false;
+  f.input = DType::f64;  // ignored without a case
+  f.chunk = 16;
+  EXPECT_TRUE(choose_backward_path(f).ok());
+  f.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(choose_backward_path(f).ok());
+  f.output_fp32 = true;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "fp32"));
+  f.output_fp32 = false;
+  f.backend = Backend::host;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "needs the CUDA backend"));
+}
+
 }  // namespace
 }  // namespace linattn

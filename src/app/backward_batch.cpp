@@ -210,7 +210,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
                                 (opt.forwards.size() == 1 ? "" : "s") + " but " + std::to_string(opt.grads.size()) +
                                 " --grad file" + (opt.grads.size() == 1 ? "" : "s") +
                                 ": give --grad once per forward output, in the same order");
-  const PathChoice choice = choose_backward_path(opt.backward);
+  const PathChoice choice = choose_backward_path_here(opt.backward);  // each case's own path: run_backward
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
 
   std::string outdir_problem;

@@ -5,7 +5,7 @@
 #include "core/random_tensor.hpp"
 #include "kernels/backward.hpp"
 #include "kernels/forward_typed.hpp"
-#include "kernels/fused_backward.hpp"
+#include "kernels/backward_path.hpp"
 #include "kernels/run_variant.hpp"
 #include "reference/backward.hpp"
 #include "reference/references.hpp"
@@ -229,16 +229,16 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
   BackwardConfig cfg;
   cfg.gemm = bc.gemm;
-  const PathChoice choice = choose_backward_path(cfg);
-  const TileGemm gemm = choice.path == GemmPath::host_tile ? TileGemm::host : TileGemm::portable;
+  cfg.output_fp32 = bc.output_fp32;
+  const PathChoice choice = choose_backward_path_here(cfg, &p, bc.dtype);
   const SequenceMap seqs = make_sequence_map(p);
   Kokkos::deep_copy(views.dq, quiet_nan<Out>());
-  for (int i = 0; i < bc.warmup; ++i) run_fused_backward<decltype(views), Acc>(p, views, seqs, bc.team_size, gemm);
+  for (int i = 0; i < bc.warmup; ++i) run_backward_path<decltype(views), Acc>(p, views, seqs, choice.path, bc.team_size);
   Kokkos::fence();
   std::vector<double> ms;
   for (int i = 0; i < bc.reps; ++i) {
     Kokkos::Timer timer;
-    run_fused_backward<decltype(views), Acc>(p, views, seqs, bc.team_size, gemm);
+    run_backward_path<decltype(views), Acc>(p, views, seqs, choice.path, bc.team_size);
     Kokkos::fence();
     ms.push_back(timer.seconds() * 1e3);
   }
@@ -310,7 +310,8 @@ BenchReport run_benchmark(const BenchConfig& bc) {
     if (bc.snapshots == SnapshotMode::none) throw std::invalid_argument("--backward reads the snapshots: not --snapshots none");
     BackwardConfig cfg;
     cfg.gemm = bc.gemm;
-    const PathChoice choice = choose_backward_path(cfg);
+    cfg.output_fp32 = bc.output_fp32;
+    const PathChoice choice = choose_backward_path_here(cfg, &bc.problem, bc.dtype);
     if (!choice.ok()) throw std::invalid_argument(choice.refusal);
   } else {
     for (Variant variant : bc.variants) check_forward(bc.problem, forward_config(bc, variant), bc.dtype);

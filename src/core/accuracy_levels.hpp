@@ -39,4 +39,11 @@ inline double tensor_core_split_level(DType input) {
   return 2 * u * u;
 }
 
+// The tensor-core backward rounds its 16-bit operands once each, as fla's
+// backward does: the scores P = scale tril(dO V^T) and A = scale tril(Q K^T),
+// the state gradient dh[c] and the state h[c]. Each output reads two of them
+// (dq: P and h; dk: P and dh; dv: A and dh), each a relative error of at most
+// u of the input type.
+inline double tensor_core_backward_level(DType input) { return 2 * unit_roundoff(input); }
+
 }  // namespace linattn

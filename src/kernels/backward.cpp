@@ -1,7 +1,8 @@
 #include "kernels/backward.hpp"
 
+#include "kernels/backward_path.hpp"
 #include "kernels/forward_typed.hpp"
-#include "kernels/fused_backward.hpp"
+#include "kernels/path_choice_here.hpp"
 
 #include <stdexcept>
 
@@ -34,7 +35,7 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const I
 }
 
 template <class In, class Out, class Snap>
-BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config, TileGemm gemm, const Tensor& q,
+BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
                                   const Tensor& d_o, const Tensor* dht, DType out_dtype) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -68,7 +69,7 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   if constexpr (std::is_same<Snap, Acc>::value) {
     if (config.recompute_h) views.h = recompute_snapshots<In, Acc>(p, views.q, views.k, views.v, initial);
   }
-  run_fused_backward<decltype(views), Acc>(p, views, make_sequence_map(p), config.team_size, gemm);
+  run_backward_path<decltype(views), Acc>(p, views, make_sequence_map(p), path, config.team_size);
   Kokkos::fence();
   out.kernel_seconds = timer.seconds();
 
@@ -86,46 +87,45 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
 }
 
 template <class In, class Out>
-BackwardOutput with_snapshot_type(const Problem& p, const BackwardConfig& c, TileGemm gemm, const Tensor& q,
+BackwardOutput with_snapshot_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
                                   const Tensor& d_o, const Tensor* dht) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = c.output_fp32 ? DType::f32 : q.dtype;
-  if (!c.recompute_h && h->dtype == DType::bf16) return run_backward_typed<In, Out, bf16_t>(p, c, gemm, q, k, v, h, s0, d_o, dht, od);
-  return run_backward_typed<In, Out, Acc>(p, c, gemm, q, k, v, h, s0, d_o, dht, od);
+  if (!c.recompute_h && h->dtype == DType::bf16) return run_backward_typed<In, Out, bf16_t>(p, c, path, q, k, v, h, s0, d_o, dht, od);
+  return run_backward_typed<In, Out, Acc>(p, c, path, q, k, v, h, s0, d_o, dht, od);
 }
 
 template <class In>
-BackwardOutput with_output_type(const Problem& p, const BackwardConfig& c, TileGemm gemm, const Tensor& q,
+BackwardOutput with_output_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                 const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
                                 const Tensor& d_o, const Tensor* dht) {
-  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, gemm, q, k, v, h, s0, d_o, dht);
-  return with_snapshot_type<In, In>(p, c, gemm, q, k, v, h, s0, d_o, dht);
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, path, q, k, v, h, s0, d_o, dht);
+  return with_snapshot_type<In, In>(p, c, path, q, k, v, h, s0, d_o, dht);
 }
 
 }  // namespace
 
-PathChoice choose_backward_path(const BackwardConfig& config) {
-  switch (config.gemm) {
-    case GemmPath::automatic: return {host_execution ? GemmPath::host_tile : GemmPath::kokkos_kernels, {}};
-    case GemmPath::kokkos_kernels: return {GemmPath::kokkos_kernels, {}};
-    case GemmPath::host_tile:
-      if (host_execution) return {GemmPath::host_tile, {}};
-      return {GemmPath::kokkos_kernels, "--gemm hosttile is not available: the default execution space is not a host space"};
-    case GemmPath::tensor_core:
-    case GemmPath::registers:
-      return {GemmPath::kokkos_kernels, std::string("--gemm ") + gemm_path_name(config.gemm) +
-                                            " is not available for the backward: it runs on hosttile (host backends) "
-                                            "or kokkoskernels"};
+PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem* p, DType input) {
+  BackwardPathFacts f;
+  f.backend = kernel_backend();
+  f.requested = config.gemm;
+  f.output_fp32 = config.output_fp32;
+  f.known_case = p != nullptr;
+  if (p) {
+    f.input = input;
+    f.chunk = p->chunk;
+    f.DK = p->DK;
+    f.DV = p->DV;
   }
-  return {GemmPath::kokkos_kernels, "unknown gemm path"};
+  return choose_backward_path(f);
 }
 
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
                             const Tensor* dht) {
   validate(p);
-  const PathChoice choice = choose_backward_path(config);
+  const PathChoice choice = choose_backward_path_here(config, &p, q.dtype);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
   require_shape(q, p.qk_shape(), "q");
   require_shape(k, p.qk_shape(), "k");
@@ -142,13 +142,13 @@ BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, cons
       throw std::invalid_argument(std::string("h must be bf16 or ") + dtype_name(accumulation_dtype(q.dtype)) + ", not " +
                                   dtype_name(h->dtype));
   }
-  const TileGemm gemm = choice.path == GemmPath::host_tile ? TileGemm::host : TileGemm::portable;
+  const GemmPath path = choice.path;
   BackwardOutput out;
   switch (q.dtype) {
-    case DType::f16: out = with_output_type<fp16_t>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::bf16: out = with_output_type<bf16_t>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::f32: out = with_output_type<float>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::f64: out = with_output_type<double>(p, config, gemm, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f16: out = with_output_type<fp16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::bf16: out = with_output_type<bf16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f32: out = with_output_type<float>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f64: out = with_output_type<double>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
   }
   out.gemm = choice.path;
   return out;

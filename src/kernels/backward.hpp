@@ -26,9 +26,11 @@ struct BackwardOutput {
   GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
 };
 
-// The tile-product path of the backward on this build, or why the request
-// cannot run (it has no tensor-core or register-blocked kernel yet).
-PathChoice choose_backward_path(const BackwardConfig& config);
+// choose_backward_path (path_choice.hpp) with the facts of this build, for
+// problem p with `input` inputs; p null: before any case is known (a batch's
+// first check), only what holds for every case is decided.
+PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem* p = nullptr,
+                                     DType input = DType::f32);
 
 // Checks everything before any device work (std::invalid_argument saying
 // why): the problem, the path, the shapes and dtypes. h is the forward's

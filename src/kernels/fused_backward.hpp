@@ -23,6 +23,9 @@ namespace linattn {
 
 template <class In, class Out, class Snap, class Acc>
 struct BackwardViews {
+  using input_type = In;
+  using output_type = Out;
+  using snapshot_type = Snap;
   DeviceView4<const In> q, k, v, d_o;   // [B, T, H, DK|DV]
   DeviceView5<const Snap> h;            // the forward's snapshots [B or 1, NT or chunks, H, DK, DV]
   DeviceView4<const Acc> dht;           // [N, H, DK, DV] or empty (zero)

@@ -108,4 +108,47 @@ std::string gemm_option_help() {
          "and variant. A choice other than auto that cannot run is refused with the reason";
 }
 
+namespace {
+
+// Empty when the tensor-core backward (src/kernels/cuda/tensor_core_backward.hpp) can run; otherwise why not.
+std::string backward_tensor_core_refusal(const BackwardPathFacts& f) {
+  if (f.backend != Backend::cuda)
+    return std::string("the tensor-core backward needs the CUDA backend, and the kernels run on ") +
+           (f.backend == Backend::host ? "the host" : "another device");
+  if (f.output_fp32)
+    return "the tensor-core backward writes dq, dk, dv in the input type (16-bit), not fp32: --out-dtype fp32 runs "
+           "on kokkoskernels";
+  if (!f.known_case) return {};
+  if (f.input != DType::f16 && f.input != DType::bf16)
+    return std::string("the tensor-core backward takes fp16 or bf16 inputs, not ") + dtype_name(f.input);
+  if (f.chunk != 64 || (f.DK != 64 && f.DK != 128) || (f.DV != 64 && f.DV != 128))
+    return "the tensor-core backward needs chunk 64 and DK, DV of 64 or 128 (here chunk " + std::to_string(f.chunk) +
+           ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
+  return {};
+}
+
+}  // namespace
+
+PathChoice choose_backward_path(const BackwardPathFacts& f) {
+  const std::string tensor_cores = backward_tensor_core_refusal(f);
+  switch (f.requested) {
+    case GemmPath::tensor_core:
+      if (!tensor_cores.empty()) return refuse("--gemm tensorcore is not available for the backward: " + tensor_cores);
+      return {GemmPath::tensor_core, {}};
+    case GemmPath::host_tile:
+      if (f.backend != Backend::host)
+        return refuse("--gemm hosttile is not available: the default execution space is not a host space");
+      return {GemmPath::host_tile, {}};
+    case GemmPath::registers:
+      return refuse("--gemm registers is not available for the backward: it runs on tensorcore (CUDA), hosttile (host "
+                    "backends) or kokkoskernels");
+    case GemmPath::kokkos_kernels: return {GemmPath::kokkos_kernels, {}};
+    case GemmPath::automatic:
+      // Without a case, auto is decided per case: the answer here only says that it can run.
+      if (f.known_case && tensor_cores.empty()) return {GemmPath::tensor_core, {}};
+      return {f.backend == Backend::host ? GemmPath::host_tile : GemmPath::kokkos_kernels, {}};
+  }
+  return refuse("unknown gemm path");
+}
+
 }  // namespace linattn

@@ -57,4 +57,22 @@ PathChoice choose_path(const PathFacts& facts);
 // The rule above in words, for the CLI's --gemm help.
 std::string gemm_option_help();
 
+// The backward's facts (it has one kernel per path, no variants). Without a
+// case (known_case false: a batch's check before it reads any file) only what
+// holds for every case is decided.
+struct BackwardPathFacts {
+  Backend backend = Backend::host;
+  GemmPath requested = GemmPath::automatic;
+  bool output_fp32 = false;  // dq, dk, dv in fp32 instead of the input type
+  bool known_case = true;
+  DType input = DType::f32;
+  std::int64_t chunk = 64, DK = 64, DV = 64;
+};
+
+// The backward's path, or why the request cannot run. automatic takes the
+// tensor-core backward where it can run (CUDA, fp16/bf16 inputs and outputs,
+// chunk 64, DK and DV 64 or 128); else hosttile on host backends; else
+// kokkoskernels. An explicit request runs as asked or is refused.
+PathChoice choose_backward_path(const BackwardPathFacts& facts);
+
 }  // namespace linattn

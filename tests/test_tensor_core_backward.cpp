@@ -1,0 +1,94 @@
+// The tensor-core backward (src/kernels/cuda/tensor_core_backward.hpp) against
+// the fp64 reference (backward_check.hpp: dq, dk, dv and dh0, outputs poisoned
+// first): bf16 and fp16, DK and DV of 64 and 128 (also unequal), ragged T,
+// packed lengths 1, 63, 64, 65 and 300 with one sequence holding most tokens,
+// initial states and dht, snapshots read as bf16 or fp32 or recomputed. CUDA
+// builds only: elsewhere the kernels do not exist and these tests report
+// themselves skipped (the same cases on the portable path: test_backward_kernels.cpp).
+#include "backward_check.hpp"
+
+#include <gtest/gtest.h>
+
+namespace linattn {
+namespace {
+
+using backward_test::expect_backward_matches;
+using backward_test::packed;
+using backward_test::plain;
+
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr bool kHaveTensorCores = true;
+#else
+constexpr bool kHaveTensorCores = false;
+#endif
+
+// Every case asks for the tensor-core backward explicitly and checks that it ran.
+void expect_tensor_cores_match(const Problem& p, DType dtype, std::uint64_t seed, bool with_state, bool with_dht,
+                               SnapshotMode snaps, bool recompute = false) {
+  expect_backward_matches(p, dtype, seed, with_state, with_dht, snaps, recompute, false, GemmPath::tensor_core,
+                          GemmPath::tensor_core, tensor_core_backward_level(dtype));
+}
+
+TEST(TensorCoreBackward, EveryShapeAndTypeMatchesReference) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5100;
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (std::int64_t DK : {64, 128})
+      for (std::int64_t DV : {64, 128})
+        expect_tensor_cores_match(plain(2, 300, 2, DK, DV, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
+}
+
+TEST(TensorCoreBackward, RaggedLengths) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5200;
+  for (std::int64_t T : {1, 63, 64, 65, 130})
+    for (DType dtype : {DType::bf16, DType::f16})
+      expect_tensor_cores_match(plain(3, T, 2, 128, 64, 64), dtype, ++seed, T % 2 == 1, true, SnapshotMode::accumulation);
+}
+
+TEST(TensorCoreBackward, PackedSequences) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5300;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    expect_tensor_cores_match(packed({1, 63, 64, 65, 300}, 2, 128, 128, 64), dtype, ++seed, true, true,
+                              SnapshotMode::accumulation);
+    // One sequence holds 90% of the tokens: the longest reverse walk goes first.
+    expect_tensor_cores_match(packed({40, 1800, 7, 64, 89}, 3, 64, 128, 64), dtype, ++seed, false, true,
+                              SnapshotMode::bf16);
+  }
+}
+
+TEST(TensorCoreBackward, SnapshotsReadAsBf16OrRecomputed) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5400;
+  const Problem p = plain(2, 200, 2, 128, 128, 64);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    expect_tensor_cores_match(p, dtype, ++seed, true, true, SnapshotMode::bf16);
+    expect_tensor_cores_match(p, dtype, ++seed, true, false, SnapshotMode::none, true);
+    expect_tensor_cores_match(packed({5, 100, 64}, 2, 64, 64, 64), dtype, ++seed, true, true, SnapshotMode::none, true);
+  }
+}
+
+// Automatic takes the tensor cores for 16-bit outputs; fp32 outputs run on
+// kokkoskernels, where an explicit tensorcore request is refused.
+TEST(TensorCoreBackward, AutomaticPathAndRefusals) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  const Problem p = plain(1, 100, 2, 64, 64, 64);
+  expect_backward_matches(p, DType::bf16, 5501, true, true, SnapshotMode::bf16, false, false, GemmPath::automatic,
+                          GemmPath::tensor_core, tensor_core_backward_level(DType::bf16));
+  expect_backward_matches(p, DType::bf16, 5502, true, true, SnapshotMode::bf16, false, true, GemmPath::automatic,
+                          GemmPath::kokkos_kernels);
+  const ProblemInputs in = random_inputs(p, DType::bf16, 5503, false);
+  const Tensor d_o = random_tensor(DType::bf16, p.v_shape(), 5504);
+  BackwardConfig bc;
+  bc.gemm = GemmPath::tensor_core;
+  bc.recompute_h = true;
+  bc.output_fp32 = true;
+  EXPECT_THROW(run_backward(p, bc, in.q, in.k, in.v, nullptr, nullptr, d_o, nullptr), std::invalid_argument);
+  bc.output_fp32 = false;
+  const Problem chunk32 = plain(1, 100, 2, 64, 64, 32);
+  EXPECT_THROW(run_backward(chunk32, bc, in.q, in.k, in.v, nullptr, nullptr, d_o, nullptr), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace linattn
