@@ -9,6 +9,12 @@ on the same shapes, and prints one table: shape, fla ms, each linattn variant ms
 ratio to fla, percent of the copy-bandwidth floor, and the relative L2 of o against
 an fp64 reference for each.
 
+With --backward the rows are the backward instead: fla's chunk_simple_gla_bwd(g=None) (what
+chunk_linear_attn's backward runs: it recomputes h, then dh, dq/dk and dv) beside
+`linattn bench --backward` (bf16 snapshots stored by one forward, then the backward timed), with
+the relative L2 of dq, dk and dv of the (0, 0) row against fp64 for both. The floor reads q, k, v,
+do and h and writes dq, dk, dv and dh0 once.
+
 With --seqlens N the rows are packed batches (shape 1,T,H,D; B = 1): the T tokens cut at
 N - 1 uniform random points (seeded), the same cuts for both (linattn gets them as
 --seqlens L1,L2,...), fla with cu_seqlens. With --normalize both normalize o (fla's
@@ -151,6 +157,46 @@ def time_fla_backward(shape, reps_ms, dtype):
     return {"fla_backward_ms": ms, **errs}
 
 
+def compare_backward(args, shapes):
+    import torch
+    import triton
+    rows = []
+    for s in shapes:
+        dims = [int(x) for x in s.split(",")]
+        shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
+        fla_row = time_fla_backward(shape, args.fla_rep_ms, args.dtype)
+        torch.cuda.empty_cache()
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = f.name
+        cmd = [args.linattn, "bench", "--backward", "--shape", s, "--dtype", args.dtype, "--gemm", args.gemm,
+               "--snapshots", "bf16", "--reps", str(args.reps), "--json", out]
+        print("+", " ".join(cmd), flush=True)
+        subprocess.run(cmd, check=True)
+        with open(out) as f:
+            lin = json.load(f)
+        os.unlink(out)
+        rows.append({"shape": shape, "fla": fla_row, "linattn": lin})
+    print()
+    print(f"backward, inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+          f"triton {triton.__version__}  CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
+          f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
+    print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; floor = minimum "
+          "bytes (q, k, v, do, h read once; dq, dk, dv, dh0 written once) / copy bandwidth")
+    print(" | ".join(["shape B,T,H,DK,DV", "floor ms", "fla ms", "fla %floor", "linattn ms", "linattn/fla",
+                      "linattn %floor", "dq/dk/dv L2 linattn", "dq/dk/dv L2 fla"]))
+    for r in rows:
+        x, f = r["linattn"]["rows"][0], r["fla"]
+        print(" | ".join([",".join(map(str, r["shape"])), f"{x['floor_ms']:.3f}", f"{f['fla_backward_ms']:.3f}",
+                          f"{100 * x['floor_ms'] / f['fla_backward_ms']:.1f}", f"{x['median_ms']:.3f} ({x['gemm']})",
+                          f"{x['median_ms'] / f['fla_backward_ms']:.2f}", f"{100 * x['copy_fraction']:.1f}",
+                          f"{x['o_rel_l2']:.2e}/{x['dk_rel_l2']:.2e}/{x['dv_rel_l2']:.2e}",
+                          f"{f['fla_dq_rel_l2']:.2e}/{f['fla_dk_rel_l2']:.2e}/{f['fla_dv_rel_l2']:.2e}"]))
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"backward": True, "dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "rows": rows}, fh,
+                      indent=2)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fla", required=True, help="folder that holds the fla package")
@@ -165,6 +211,7 @@ def main():
     ap.add_argument("--seqlens", type=int, help="packed rows: N sequences at uniform random cut points (B must be 1)")
     ap.add_argument("--seed", type=int, default=7, help="seed of the cut points")
     ap.add_argument("--normalize", action="store_true", help="normalized rows (fla: chunk_linear_attn(normalize=True))")
+    ap.add_argument("--backward", action="store_true", help="the backward (fla: chunk_simple_gla_bwd with no gate)")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))
@@ -173,6 +220,8 @@ def main():
     import triton
 
     shapes = args.shape or SHAPES
+    if args.backward:
+        return compare_backward(args, shapes)
     rows = []
     for s in shapes:
         dims = [int(x) for x in s.split(",")]

@@ -36,6 +36,9 @@ for step in $steps; do
     compare-normalize)  # the five shapes normalized, beside fla's chunk_linear_attn(normalize=True)
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --normalize \
         --json "$LOGS/compare-fla-normalize.json" 2>&1 | tee "$LOGS/compare-fla-normalize.txt" ;;
+    compare-backward)  # the backward on the five shapes beside fla's chunk_simple_gla_bwd(g=None), same run
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward \
+        --json "$LOGS/compare-fla-backward.json" 2>&1 | tee "$LOGS/compare-fla-backward.txt" ;;
     portable)  # the KokkosBatched TeamPolicy path, where tensor cores would otherwise run
       "$GPU_DIR/linattn" bench --shape 8,16384,16,128 --variants fused,materialized --gemm kokkoskernels \
         --reps 3 --warmup 1 --json "$LOGS/bench-portable.json" 2>&1 | tee "$LOGS/bench-portable.txt" ;;

@@ -64,8 +64,8 @@ TEST(Benchmark, PackedAndNormalizedBatchesAreCheckedAgainstTheirReference) {
 }
 
 // `bench --backward`: one backward row, timed on data made on the device, its
-// dq on the slice checked against the fp64 reference (plain and packed; a
-// kernel that wrote nothing would show the NaN poison).
+// dq, dk and dv on the (b = 0, h = 0) row checked against the fp64 reference
+// (plain and packed; a kernel that wrote nothing would show the NaN poison).
 TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
   BenchConfig bc;
   bc.problem.B = 1; bc.problem.T = 300; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 48; bc.problem.chunk = 32;
@@ -84,6 +84,8 @@ TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
     EXPECT_GT(row.median_ms, 0.0);
     EXPECT_GT(row.min_bytes, 0.0);
     EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32)) << (packed ? "packed" : "plain");
+    EXPECT_LE(row.dk_rel_l2, stored_level(DType::f32, DType::f32)) << (packed ? "packed" : "plain");
+    EXPECT_LE(row.dv_rel_l2, stored_level(DType::f32, DType::f32)) << (packed ? "packed" : "plain");
   }
   bc.normalize = true;
   EXPECT_THROW(run_benchmark(bc), std::invalid_argument);

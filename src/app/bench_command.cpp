@@ -183,6 +183,8 @@ Command add_bench_command(CLI::App& parent) {
                                        {"flops", t.flops},
                                        {"min_bytes", t.min_bytes},
                                        {"o_rel_l2", t.o_rel_l2},
+                                       {"dk_rel_l2", t.dk_rel_l2},
+                                       {"dv_rel_l2", t.dv_rel_l2},
                                        {"reps", o->reps}});
               }
             }

@@ -183,10 +183,9 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
 }
 
 // The backward of the fused forward: q, k, v, do made on the device, h stored
-// by one forward run (as `run` stores it), then the reverse scan timed. Its
-// floor reads q, k, v, do and h and writes dq, dk, dv and dh0 once. dq on the
-// (b = 0, h = 0) slice is checked against the fp64 reference (dq_t depends on
-// tokens up to t only; dk and dv need the tokens after the slice).
+// by one forward run (as `run` stores it), then the backward timed. Its floor
+// reads q, k, v, do and h and writes dq, dk, dv and dh0 once. dq, dk and dv of
+// the whole (b = 0, h = 0) row are checked against the fp64 reference.
 template <class In, class Out, class Snap>
 BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -242,9 +241,10 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
     Kokkos::fence();
     ms.push_back(timer.seconds() * 1e3);
   }
-  // dq on the slice against the fp64 reference, from the values the kernel read (h as stored is the
+  // dq, dk and dv of the whole (b = 0, h = 0) row against the fp64 reference (dk and dv need every token after
+  // theirs, so the row is not cut at accuracy_tokens), from the values the kernel read (h as stored is the
   // kernel's; the reference recomputes it, so bf16 snapshots show as one bf16 rounding).
-  const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
+  const std::int64_t tokens = p.T;
   const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens),
                             dos = slice_to_host(d_o, tokens);
@@ -261,6 +261,8 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
                   tokens_all * (2 * p.DK + p.DV) * out_bytes + double(N) * p.H * p.DK * p.DV * sizeof(Acc);
   set_times(row, ms, copy_gbps);
   row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
+  row.dk_rel_l2 = relative_l2(slice_to_host(views.dk, tokens), ref.dk);
+  row.dv_rel_l2 = relative_l2(slice_to_host(views.dv, tokens), ref.dv);
   report.rows.push_back(row);
   return report;
 }

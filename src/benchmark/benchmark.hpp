@@ -33,7 +33,7 @@ struct BenchConfig {
 
 struct VariantTiming {
   Variant variant = Variant::fused;
-  bool backward = false;  // a backward row: o_rel_l2 is then dq's, on the slice
+  bool backward = false;  // a backward row: o_rel_l2 is then dq's, on the whole (b = 0, h = 0) row
   GemmPath gemm = GemmPath::kokkos_kernels;
   std::int64_t block_dv = 0;
   int segments = 1;
@@ -44,6 +44,7 @@ struct VariantTiming {
   double copy_fraction = 0;   // gbps / measured copy bandwidth
   double floor_ms = 0;        // min_bytes / measured copy bandwidth
   double o_rel_l2 = 0;        // vs fp64 reference on the slice
+  double dk_rel_l2 = 0, dv_rel_l2 = 0;  // backward rows
 };
 
 struct BenchReport {
