@@ -28,9 +28,10 @@ Command add_backward_command(CLI::App& parent) {
       ->required();
   cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
   cmd->add_option("--gemm", o->gemm,
-                  "Tile products: hosttile (host backends) or kokkoskernels; auto takes hosttile on host backends, "
-                  "kokkoskernels elsewhere")
-      ->check(CLI::IsMember({"auto", "kokkoskernels", "hosttile"}))
+                  "Tile products: tensorcore (CUDA, fp16/bf16 inputs with dq, dk, dv in the input dtype, chunk 64, DK "
+                  "and DV 64 or 128), hosttile (host backends) or kokkoskernels; auto takes tensorcore where it can "
+                  "run, else hosttile on host backends, else kokkoskernels")
+      ->check(CLI::IsMember({"auto", "kokkoskernels", "hosttile", "tensorcore"}))
       ->capture_default_str();
   cmd->add_option("--out-dtype", o->out_dtype, "dq, dk, dv in the input dtype or in fp32 (dh0: the accumulation type)")
       ->check(CLI::IsMember({"input", "fp32"}))

@@ -7,6 +7,7 @@
 #include "io/grad_input_file.hpp"
 #include "io/grad_output_file.hpp"
 #include "io/input_file.hpp"
+#include "kernels/path_choice.hpp"
 #include "reference/backward.hpp"
 
 #include <ostream>
@@ -50,10 +51,13 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
       reference::backward(p, {q, k, v, has_s0 ? &s0 : nullptr}, {d_o, g.dht.empty() ? nullptr : &dht});
 
   // dq reads the snapshots: bf16 ones add one bf16 rounding of the state, as
-  // they do to o in the materialized forward.
+  // they do to o in the materialized forward. The tensor-core backward rounds
+  // its 16-bit operands once each (accuracy_levels.hpp).
   const bool bf16_snapshots = !gr.recompute_h && rec.snapshot_dtype == "bf16";
-  const double levels[] = {output_level(dtype, gd.dq.dtype, bf16_snapshots), stored_level(dtype, gd.dk.dtype),
-                           stored_level(dtype, gd.dv.dtype), stored_level(dtype, gd.dh0.dtype)};
+  const double operands = rec.gemm_path == gemm_path_name(GemmPath::tensor_core) ? tensor_core_backward_level(dtype) : 0.0;
+  const double levels[] = {output_level(dtype, gd.dq.dtype, bf16_snapshots) + operands,
+                           stored_level(dtype, gd.dk.dtype) + operands, stored_level(dtype, gd.dv.dtype) + operands,
+                           stored_level(dtype, gd.dh0.dtype)};
   const std::vector<double>* refs[] = {&ref.dq, &ref.dk, &ref.dv, &ref.dh0};
 
   out << path << " against " << input << (group.empty() ? "" : ":" + group) << " and " << grad
