@@ -167,6 +167,17 @@ TEST_F(CliBackward, GradCountMustPairWithTheForwardOutputs) {
   EXPECT_FALSE(fs::exists(bwd + "/plain.case0.grad.h5"));
 }
 
+// The backward has one variant; a forward variant's name is refused with what to use instead.
+TEST_F(CliBackward, OnlyTheFusedVariant) {
+  plain_forward();
+  const std::string args = "'" + fwd + "/plain.case0.h5' --grad '" + dir / "plain_grad.h5" + "' -o '" + bwd + "'";
+  const Exit e = cli("backward " + args + " --variant materialized");
+  EXPECT_EQ(e.code, 2) << e.output;
+  EXPECT_TRUE(contains(e.output, "the backward has one variant, fused")) << e.output;
+  EXPECT_FALSE(fs::exists(bwd + "/plain.case0.grad.h5"));
+  EXPECT_EQ(cli("backward " + args + " --variant fused").code, 0);
+}
+
 TEST_F(CliBackward, ForwardWithoutSnapshotsNeedsRecomputeH) {
   plain_forward("--snapshots none");
   Exit e = cli(plain_backward_args());

@@ -4,13 +4,14 @@
 
 #include <iostream>
 #include <memory>
+#include <stdexcept>
 
 namespace linattn {
 
 Command add_backward_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> forwards, grads;
-    std::string outdir, gemm = "auto", out_dtype = "input";
+    std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input";
     bool recompute_h = false, force = false, allow_nonfinite = false, no_fsync = false;
   };
   auto o = std::make_shared<Options>();
@@ -27,6 +28,10 @@ Command add_backward_command(CLI::App& parent) {
                   "group of the forward's input case if the file has it, else at the root")
       ->required();
   cmd->add_option("-o,--outdir", o->outdir, "Output directory (created if missing)")->required();
+  cmd->add_option("--variant", o->variant,
+                  "The backward's variant: fused, the chunked reverse scan (the only one; the forward's other "
+                  "variants have no backward of their own)")
+      ->capture_default_str();
   cmd->add_option("--gemm", o->gemm,
                   "Tile products: tensorcore (CUDA, fp16/bf16 inputs with dq, dk, dv in the input dtype, chunk 64, DK "
                   "and DV 64 or 128), hosttile (host backends) or kokkoskernels; auto takes tensorcore where it can "
@@ -44,6 +49,10 @@ Command add_backward_command(CLI::App& parent) {
   cmd->add_flag("--no-fsync", o->no_fsync, "Do not flush each output to disk before renaming it into place");
 
   return {cmd, [o] {
+            if (o->variant != "fused")
+              throw std::invalid_argument("--variant " + o->variant +
+                                          ": the backward has one variant, fused (the chunked reverse scan, README.md "
+                                          "\"The backward\"); to recompute the snapshots, use --recompute-h");
             BackwardOptions opt;
             opt.forwards = o->forwards;
             opt.grads = o->grads;
