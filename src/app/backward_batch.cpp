@@ -6,15 +6,26 @@
 #include "core/printable.hpp"
 #include "io/file_error.hpp"
 #include "io/grad_input_file.hpp"
-#include "io/grad_output_file.hpp"
+#include "io/grad_output_stream.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "kernels/execution.hpp"
+#include "pipeline/backward_reader.hpp"
+#include "pipeline/backward_window_plan.hpp"
+#include "pipeline/memory_budget.hpp"
+#include "pipeline/progress_reporter.hpp"
+#include "pipeline/signal_cleanup.hpp"
+#include "pipeline/streamed_backward.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <iostream>
+#include <memory>
 #include <ostream>
 #include <set>
 #include <stdexcept>
@@ -55,16 +66,16 @@ void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, Ba
 
 // What the backward needs of a forward output: its attributes, the shapes of
 // o and final_state (checked against the input; their data is not needed, and
-// o is as large as the inputs), its snapshots (not read when they will be
-// recomputed) and its cu_seqlens.
+// o is as large as the inputs), the shape and dtype of its snapshots (read in
+// windows later, when not recomputed) and its cu_seqlens.
 struct ForwardOutputParts {
   RunRecord record;
   std::vector<std::int64_t> o_shape, final_state_shape, h_shape;  // h_shape empty: no snapshots stored
-  Tensor h;                                                       // read only when asked for
+  DType h_dtype = DType::f32;
   std::vector<std::int64_t> cu_seqlens;
 };
 
-ForwardOutputParts read_forward_parts(const std::string& path, bool read_h) {
+ForwardOutputParts read_forward_parts(const std::string& path) {
   const hdf5::File file = hdf5::open_read_only(path);
   const hid_t f = file.get();
   ForwardOutputParts fw;
@@ -72,8 +83,9 @@ ForwardOutputParts read_forward_parts(const std::string& path, bool read_h) {
   fw.o_shape = hdf5::dataset_info(f, path, "o").shape;
   fw.final_state_shape = hdf5::dataset_info(f, path, "final_state").shape;
   if (fw.record.snapshot_dtype != "none") {
-    fw.h_shape = hdf5::dataset_info(f, path, "h").shape;
-    if (read_h) fw.h = hdf5::read_tensor(f, path, "h");
+    const hdf5::DatasetInfo h = hdf5::dataset_info(f, path, "h");
+    fw.h_shape = h.shape;
+    fw.h_dtype = h.dtype;
   }
   if (hdf5::link_exists(f, "cu_seqlens")) fw.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
   return fw;
@@ -105,11 +117,43 @@ void check_forward_matches(const std::string& forward, const ForwardOutputParts&
   if (!fw.h_shape.empty()) check_shape("h", fw.h_shape, p.h_shape());
 }
 
-// One case, start to finish; throws on the first problem.
-void run_case(const BackwardOptions& opt, BackwardCaseResult& r) {
-  const Clock::time_point started = Clock::now();
+// Removes a .partial file on SIGINT/SIGTERM while it is registered
+// (signal_cleanup.hpp), as run's writer does.
+class PartialRegistration {
+ public:
+  explicit PartialRegistration(const std::string& path) : token_(pipeline::register_partial(path)) {}
+  ~PartialRegistration() { pipeline::unregister_partial(token_); }
+  PartialRegistration(const PartialRegistration&) = delete;
+  PartialRegistration& operator=(const PartialRegistration&) = delete;
+
+ private:
+  int token_;
+};
+
+// The bytes a window reads from q, k, v, do and writes to dq, dk, dv (the progress' GB/s).
+std::int64_t window_traffic(const Problem& p, const BackwardStorage& s, const Window& w) {
+  const std::int64_t rows = p.varlen() ? 1 : p.B;
+  return rows * w.tokens() * p.H *
+         ((2 * p.DK + 2 * p.DV) * static_cast<std::int64_t>(dtype_size(s.input)) +
+          (2 * p.DK + p.DV) * static_cast<std::int64_t>(dtype_size(s.output)));
+}
+
+// A case checked from metadata only: the forward output against its input
+// case and the gradient input, before any data is read.
+struct CheckedCase {
+  ForwardOutputParts fw;
+  CaseSchema in;  // the input case (read_case's checks)
+  GradSchema grad;
+  Problem p;
+  DType dtype = DType::f32;
+  std::string group;  // the input case's group, "" for the root
+};
+
+CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
+  CheckedCase c;
   const bool recompute = opt.backward.recompute_h;
-  const ForwardOutputParts fw = read_forward_parts(r.forward, !recompute);
+  c.fw = read_forward_parts(r.forward);
+  const ForwardOutputParts& fw = c.fw;
   const RunRecord& rec = fw.record;
   if (rec.normalize)
     throw FileError(r.forward, "is a normalized forward (--normalize): the backward takes unnormalized forwards");
@@ -117,75 +161,149 @@ void run_case(const BackwardOptions& opt, BackwardCaseResult& r) {
     throw FileError(r.forward, "holds no snapshots h (its forward ran with --snapshots none): pass --recompute-h to "
                                "recompute them from the input case");
 
-  const std::string group = rec.input_group == "/" ? "" : rec.input_group;
-  const CaseData in = read_case(rec.input_file, group, ReadOptions{opt.allow_nonfinite});
-  const DType dtype = in.q.dtype;
-  if (rec.input_dtype != dtype_name(dtype))
-    throw FileError(rec.input_file, dataset_path(group, "q"),
-                    std::string("dtype ") + dtype_name(dtype) + ", but " + r.forward + " was made from " +
+  c.group = rec.input_group == "/" ? "" : rec.input_group;
+  {
+    const hdf5::File f = hdf5::open_read_only(rec.input_file);
+    c.in = inspect_case(f.get(), rec.input_file, c.group);
+  }
+  c.dtype = c.in.q.dtype;
+  if (rec.input_dtype != dtype_name(c.dtype))
+    throw FileError(rec.input_file, dataset_path(c.group, "q"),
+                    std::string("dtype ") + dtype_name(c.dtype) + ", but " + r.forward + " was made from " +
                         rec.input_dtype + " inputs (the input changed since the forward?)");
-  Problem p;
   try {
-    p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
-                            in.initial_state.empty() ? nullptr : &in.initial_state.shape, in.cu_seqlens);
-    validate(p);
+    // inspect_case checked initial_state's shape.
+    c.p = problem_from_shapes(c.in.q.shape, c.in.k.shape, c.in.v.shape, rec.chunk_size, rec.scale, nullptr,
+                              c.in.cu_seqlens);
+    validate(c.p);
   } catch (const std::invalid_argument& e) {
     throw FileError(r.forward, std::string("its input case ") + rec.input_file + ":" + rec.input_group +
                                    " and attributes do not make a problem the backward runs: " + e.what());
   }
-  r.problem = p;
-  r.dtype = dtype;
-  check_forward_matches(r.forward, fw, p);
-  const bool read_h = !recompute;
-  if (read_h && fw.h.dtype != DType::bf16 && fw.h.dtype != accumulation_dtype(dtype))
-    throw FileError(r.forward, "h", std::string("dtype ") + dtype_name(fw.h.dtype) + ", expected bf16 or " +
-                                        dtype_name(accumulation_dtype(dtype)) + " (the accumulation type of " +
-                                        dtype_name(dtype) + " inputs)");
+  r.problem = c.p;
+  r.dtype = c.dtype;
+  check_forward_matches(r.forward, fw, c.p);
+  const DType acc = accumulation_dtype(c.dtype);
+  if (!recompute && fw.h_dtype != DType::bf16 && fw.h_dtype != acc)
+    throw FileError(r.forward, "h", std::string("dtype ") + dtype_name(fw.h_dtype) + ", expected bf16 or " +
+                                        dtype_name(acc) + " (the accumulation type of " + dtype_name(c.dtype) +
+                                        " inputs)");
+  const hdf5::File f = hdf5::open_read_only(r.grad);
+  c.grad = inspect_grad_case(f.get(), r.grad, rec.input_group, c.p, c.dtype);
+  return c;
+}
 
-  const GradData g = read_grad_case(r.grad, rec.input_group, p, dtype, ReadOptions{opt.allow_nonfinite});
-
-  const BackwardOutput out =
-      run_backward(p, opt.backward, in.q, in.k, in.v, read_h ? &fw.h : nullptr,
-                   in.initial_state.empty() ? nullptr : &in.initial_state, g.d_o, g.dht.empty() ? nullptr : &g.dht);
-  r.kernel_seconds = out.kernel_seconds;
-  r.gemm = gemm_path_name(out.gemm);
-
-  GradOutputData data;
-  data.dq = out.dq;
-  data.dk = out.dk;
-  data.dv = out.dv;
-  data.dh0 = out.dh0;
-  data.cu_seqlens = p.cu_seqlens;
-  GradRecord& gr = data.record;
+// The output file's attributes (docs/HDF5.md, "Gradient outputs").
+GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const BackwardStorage& s,
+                       const StreamedBackwardResult& res) {
+  const Problem& p = c.p;
+  GradRecord gr;
   RunRecord& run = gr.run;
   run.chunk_size = p.chunk;
   run.scale = p.scale;
   run.variant = "backward";
-  run.gemm_path = r.gemm;
-  run.input_dtype = dtype_name(dtype);
-  run.output_dtype = dtype_name(out.dq.dtype);
+  run.gemm_path = gemm_path_name(res.gemm);
+  run.input_dtype = dtype_name(s.input);
+  run.output_dtype = dtype_name(s.output);
   // The snapshots the backward read (dq's accuracy depends on them): recomputed ones are in the accumulation type.
-  run.snapshot_dtype = dtype_name(read_h ? fw.h.dtype : accumulation_dtype(dtype));
+  run.snapshot_dtype = dtype_name(s.recompute_h ? s.accumulation : s.snapshot);
   run.kokkos_backend = kokkos_backend_name();
   run.kokkos_version = kokkos_version_string();
   run.linattn_version = LINATTN_VERSION;
-  run.kernel_seconds = out.kernel_seconds;
-  run.upload_seconds = out.upload_seconds;
-  run.download_seconds = out.download_seconds;
-  run.flops = backward_flops(p, recompute);
+  run.kernel_seconds = res.kernel_seconds;
+  run.upload_seconds = res.upload_seconds;
+  run.download_seconds = res.download_seconds;
+  run.flops = backward_flops(p, s.recompute_h);
   // Inputs read once (q, k, v, do, dht, and h or the initial state), outputs written once.
-  const Tensor* read[] = {&in.q, &in.k, &in.v, &g.d_o, &g.dht, read_h ? &fw.h : &in.initial_state};
-  const Tensor* written[] = {&out.dq, &out.dk, &out.dv, &out.dh0};
-  for (const Tensor* t : read) run.min_bytes += static_cast<double>(t->bytes.size());
-  for (const Tensor* t : written) run.min_bytes += static_cast<double>(t->bytes.size());
-  run.input_file = rec.input_file;
-  run.input_group = rec.input_group;
+  auto size = [](DType t) { return static_cast<std::int64_t>(dtype_size(t)); };
+  const std::int64_t tokens = p.B * p.T * p.H, states = p.num_sequences() * p.H * p.DK * p.DV;
+  const std::int64_t h_or_initial = !s.recompute_h ? p.h_shape()[0] * p.total_chunks() * p.H * p.DK * p.DV * size(s.snapshot)
+                                    : c.in.has_initial_state ? states * size(s.accumulation)
+                                                             : 0;
+  run.min_bytes = static_cast<double>(tokens * (2 * p.DK + 2 * p.DV) * size(s.input) +
+                                      (c.grad.has_dht ? states * size(s.accumulation) : 0) + h_or_initial +
+                                      tokens * (2 * p.DK + p.DV) * size(s.output) + states * size(s.accumulation));
+  run.input_file = c.fw.record.input_file;
+  run.input_group = c.fw.record.input_group;
   run.num_sequences = p.num_sequences();
   gr.forward_file = r.forward;
   gr.grad_file = r.grad;
-  gr.grad_group = g.group.empty() ? "/" : g.group;
-  gr.recompute_h = recompute;
-  write_grad_output_file(r.output, data, opt.durable);
+  gr.grad_group = c.grad.group.empty() ? "/" : c.grad.group;
+  gr.recompute_h = s.recompute_h;
+  return gr;
+}
+
+// OUT.partial, created so that SIGINT/SIGTERM remove it (signal_cleanup.hpp),
+// as run's writer creates its outputs.
+std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Problem& p, const BackwardStorage& s,
+                                              std::unique_ptr<PartialRegistration>& registration) {
+  if (!pipeline::creation_begins()) throw std::runtime_error("interrupted");
+  try {
+    registration = std::make_unique<PartialRegistration>(path + ".partial");
+    auto out = std::make_unique<GradOutputStream>(path, p, s.output, s.accumulation);
+    pipeline::creation_ends();
+    return out;
+  } catch (...) {
+    pipeline::creation_ends();
+    throw;
+  }
+}
+
+// One case, start to finish; throws on the first problem.
+void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std::string& label,
+              BackwardCaseResult& r) {
+  const Clock::time_point started = Clock::now();
+  const CheckedCase c = check_case(opt, r);
+  const Problem& p = c.p;
+
+  // Windows: the whole case when it fits the budget.
+  BackwardStorage storage;
+  storage.input = c.dtype;
+  storage.output = opt.backward.output_fp32 ? DType::f32 : c.dtype;
+  storage.accumulation = accumulation_dtype(c.dtype);
+  storage.snapshot = c.fw.h_dtype;
+  storage.recompute_h = opt.backward.recompute_h;
+  const std::int64_t budget = opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget();
+  const std::vector<Window> windows = plan_backward_windows(p, storage, budget);
+  r.windows = static_cast<std::int64_t>(windows.size());
+  std::int64_t traffic = 0;
+  for (const Window& w : windows) {
+    r.window_bytes = std::max(r.window_bytes, backward_window_bytes(p, storage, w));
+    traffic += window_traffic(p, storage, w);
+  }
+
+  BackwardSources src;
+  src.input_file = c.fw.record.input_file;
+  src.input_group = c.group;
+  src.has_initial_state = c.in.has_initial_state;
+  src.grad_file = r.grad;
+  src.grad_group = c.grad.group;
+  src.has_dht = c.grad.has_dht;
+  src.forward_file = r.forward;
+  src.read_h = !storage.recompute_h;
+  src.input = storage.input;
+  src.accumulation = storage.accumulation;
+  src.allow_nonfinite = opt.allow_nonfinite;
+  const BackwardReader reader(src, p);
+  std::unique_ptr<PartialRegistration> registration;
+  const std::unique_ptr<GradOutputStream> out = open_output(r.output, p, storage, registration);
+
+  const std::int64_t rows = p.varlen() ? 1 : p.B;
+  const int passes = storage.recompute_h && windows.size() > 1 ? 2 : 1;  // the forward pass for the start states
+  progress.start_case(label, passes * rows * p.T, passes * traffic);
+  StreamedBackwardResult res;
+  try {
+    res = run_streamed_backward(p, opt.backward, windows, reader, *out, [&](const Window& w, bool) {
+      progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
+    });
+  } catch (...) {
+    progress.end_case();
+    throw;
+  }
+  progress.end_case();
+  r.kernel_seconds = res.kernel_seconds;
+  r.gemm = gemm_path_name(res.gemm);
+  out->finish(grad_record(c, r, storage, res), opt.durable);
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   r.ok = true;
 }
@@ -194,7 +312,9 @@ std::string progress_line(std::size_t index, std::size_t total, const BackwardCa
   return counter(index, total) + " " + printable(r.forward) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
          "  backward/" + r.gemm + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
-         fixed(r.wall_seconds, 2) + " s  -> " + printable(r.output);
+         fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
+         " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)  -> " +
+         printable(r.output);
 }
 
 }  // namespace
@@ -219,6 +339,8 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   if (ec) outdir_problem = FileError(opt.outdir, "cannot create output directory: " + ec.message()).what();
   else if (!fs::is_directory(opt.outdir)) outdir_problem = FileError(opt.outdir, "is not a directory").what();
 
+  pipeline::install_signal_cleanup();
+  ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;
   for (std::size_t i = 0; i < results.size(); ++i) {
@@ -229,8 +351,8 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
-        run_case(opt, r);
-        progress << progress_line(i + 1, results.size(), r) << std::endl;
+        run_case(opt, reporter, counter(i + 1, results.size()) + " " + printable(r.forward), r);
+        reporter.line(progress_line(i + 1, results.size(), r));
         continue;
       } catch (const FileError& e) {
         r.error = e.what();
@@ -240,8 +362,8 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
       }
     }
     r.ok = false;
-    errors << counter(i + 1, results.size()) << " " << printable(r.forward) << "  FAILED: " << printable(r.error)
-           << std::endl;
+    reporter.line(counter(i + 1, results.size()) + " " + printable(r.forward) + "  FAILED: " + printable(r.error),
+                  true);
   }
   return results;
 }

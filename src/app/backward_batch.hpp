@@ -1,9 +1,10 @@
 // `linattn backward` without the command line: for each forward output (a
 // file written by `linattn run`) and its gradient input, the forward's input
-// case is read again, checked against the output, and the backward runs on
-// the whole case (run_backward; no streaming) and writes
-// OUTDIR/<forward output stem>.grad.h5. A bad case is reported and skipped;
-// the others still run. HDF5 is read in this process (no reader process).
+// case is checked against the output, and the backward runs on the whole case
+// when its working set fits the memory budget, else in windows from the last
+// to the first (streamed_backward.hpp), and writes OUTDIR/<forward output
+// stem>.grad.h5. A bad case is reported and skipped; the others still run.
+// HDF5 is read in this process (no reader process).
 #pragma once
 
 #include "core/problem.hpp"
@@ -24,6 +25,8 @@ struct BackwardOptions {
   bool force = false;            // replace existing outputs
   bool allow_nonfinite = false;  // accept NaN/Inf in the inputs and gradients
   bool durable = true;           // fsync each output before its rename
+  std::int64_t memory_budget = 0;  // bytes for a case's working set; 0: pipeline::default_memory_budget()
+  bool progress_bar = true;        // a redrawn bar when stderr is a terminal
 };
 
 struct BackwardCaseResult {
@@ -35,6 +38,8 @@ struct BackwardCaseResult {
   DType dtype = DType::f32;
   std::string gemm;  // the path that ran
   double kernel_seconds = 0, wall_seconds = 0;
+  std::int64_t windows = 0;       // 1: the whole case in one run_backward call
+  std::int64_t window_bytes = 0;  // the largest window's working set (backward_window_plan.hpp)
 };
 
 // OUTDIR/STEM.grad.h5 for forward output STEM.h5.

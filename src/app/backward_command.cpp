@@ -1,6 +1,9 @@
 // linattn backward FORWARD_OUTPUT.h5... --grad GRAD.h5... -o OUTDIR: the batch backward.
 #include "app/backward_batch.hpp"
 #include "app/command.hpp"
+#include "pipeline/memory_budget.hpp"
+
+#include <sys/resource.h>
 
 #include <iostream>
 #include <memory>
@@ -11,7 +14,7 @@ namespace linattn {
 Command add_backward_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> forwards, grads;
-    std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input";
+    std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", memory_budget;
     bool recompute_h = false, force = false, allow_nonfinite = false, no_fsync = false;
   };
   auto o = std::make_shared<Options>();
@@ -19,8 +22,9 @@ Command add_backward_command(CLI::App& parent) {
       "backward",
       "Run the backward of each forward output of `linattn run` (README.md, \"The backward\"): reads the forward's "
       "input case (input_file, input_group), its snapshots h, and do (and dht) from the matching --grad file; "
-      "writes OUTDIR/<forward output stem>.grad.h5 (dq, dk, dv, dh0). Whole cases, no streaming; normalized "
-      "forwards are refused. Exit code 1 if any case failed; the others still run.");
+      "writes OUTDIR/<forward output stem>.grad.h5 (dq, dk, dv, dh0). A case larger than --memory-budget runs in "
+      "windows along T, from the last to the first, with the same results; normalized forwards are refused. Exit "
+      "code 1 if any case failed; the others still run.");
   cmd->add_option("forwards", o->forwards, "Forward output files written by linattn run")->required();
   cmd->add_option("--grad", o->grads,
                   "Gradient input for the forward output in the same position (repeat once per forward output): "
@@ -47,6 +51,19 @@ Command add_backward_command(CLI::App& parent) {
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs and gradients");
   cmd->add_flag("--no-fsync", o->no_fsync, "Do not flush each output to disk before renaming it into place");
+  cmd->add_option("--memory-budget", o->memory_budget,
+                  "Memory for a case's working set, e.g. 512M or 8G (default: a quarter of physical memory); a case "
+                  "larger than it runs in windows of whole chunks, from the last to the first, with the same results")
+      ->check(CLI::Validator(
+          [](std::string& s) -> std::string {
+            try {
+              pipeline::parse_memory_size(s);
+              return "";
+            } catch (const std::exception& e) {
+              return e.what();
+            }
+          },
+          "SIZE"));
 
   return {cmd, [o] {
             if (o->variant != "fused")
@@ -63,9 +80,16 @@ Command add_backward_command(CLI::App& parent) {
             opt.force = o->force;
             opt.allow_nonfinite = o->allow_nonfinite;
             opt.durable = !o->no_fsync;
+            if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_backward_summary(std::cout, results);
+            // Peak resident memory beside the budget, as run reports it.
+            rusage self{};
+            getrusage(RUSAGE_SELF, &self);
+            std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB; memory budget "
+                      << (opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget()) / (1 << 20)
+                      << " MiB" << std::endl;
             for (const BackwardCaseResult& r : results)
               if (!r.ok) return 1;
             return 0;

@@ -24,11 +24,9 @@ void check_dataset(hid_t f, const std::string& file, const std::string& path, co
 
 }  // namespace
 
-GradData read_grad_case(const std::string& file, const std::string& case_group, const Problem& p, DType input,
-                        const ReadOptions& options) {
-  const hdf5::File handle = hdf5::open_read_only(file);
-  const hid_t f = handle.get();
-  GradData g;
+GradSchema inspect_grad_case(hid_t f, const std::string& file, const std::string& case_group, const Problem& p,
+                             DType input) {
+  GradSchema g;
   const std::string wanted = case_group == "/" ? "" : case_group;
   g.group = !wanted.empty() && hdf5::is_group(f, wanted) ? wanted : "";
   const std::string do_path = dataset_path(g.group, "do");
@@ -40,17 +38,28 @@ GradData read_grad_case(const std::string& file, const std::string& case_group, 
   check_dataset(f, file, do_path, p.v_shape(), "[B, T, H, DV]", input,
                 std::string("do takes the dtype of the inputs, ") + dtype_name(input));
   const std::string dht_path = dataset_path(g.group, "dht");
-  const bool has_dht = hdf5::link_exists(f, dht_path);
-  if (has_dht) {
+  g.has_dht = hdf5::link_exists(f, dht_path);
+  if (g.has_dht) {
     const DType acc = accumulation_dtype(input);
     check_dataset(f, file, dht_path, p.state_shape(), p.varlen() ? "[N (sequences), H, DK, DV]" : "[B, H, DK, DV]",
                   acc, std::string("dht takes the accumulation type of ") + dtype_name(input) + " inputs");
   }
+  return g;
+}
+
+GradData read_grad_case(const std::string& file, const std::string& case_group, const Problem& p, DType input,
+                        const ReadOptions& options) {
+  const hdf5::File handle = hdf5::open_read_only(file);
+  const hid_t f = handle.get();
+  const GradSchema schema = inspect_grad_case(f, file, case_group, p, input);
+  GradData g;
+  g.group = schema.group;
+  const std::string do_path = dataset_path(g.group, "do"), dht_path = dataset_path(g.group, "dht");
   g.d_o = hdf5::read_tensor(f, file, do_path);
-  if (has_dht) g.dht = hdf5::read_tensor(f, file, dht_path);
+  if (schema.has_dht) g.dht = hdf5::read_tensor(f, file, dht_path);
   if (!options.allow_nonfinite) {
     check_finite(g.d_o.bytes.data(), g.d_o.dtype, g.d_o.shape, {}, file, do_path);
-    if (has_dht) check_finite(g.dht.bytes.data(), g.dht.dtype, g.dht.shape, {}, file, dht_path);
+    if (schema.has_dht) check_finite(g.dht.bytes.data(), g.dht.dtype, g.dht.shape, {}, file, dht_path);
   }
   return g;
 }

@@ -21,6 +21,15 @@ struct GradData {
   std::string group;  // where they were read: "" for the root
 };
 
+// Where the gradients of a case lie, from the metadata alone (the checks of
+// read_grad_case before it reads data), for reads in windows.
+struct GradSchema {
+  std::string group;     // "" for the root
+  bool has_dht = false;  // dht absent: zero
+};
+GradSchema inspect_grad_case(hid_t file, const std::string& file_name, const std::string& case_group,
+                             const Problem& p, DType input);
+
 // Reads the gradients of the case `case_group` ("" or "/" for a root case) of
 // problem p with inputs of dtype `input`, checked before any data is read:
 // do present, of p's [B, T, H, DV] and the input dtype; dht, when present, of

@@ -15,26 +15,31 @@ std::string required_string(hid_t f, const std::string& file, const std::string&
 
 }  // namespace
 
-void write_grad_output_file(const std::string& path, const GradOutputData& out, bool durable) {
-  hdf5::NewFile file(path);
-  const hid_t f = file.id();
-  const bool packed = !out.cu_seqlens.empty();
-  // 16-bit types are stored as write_output_file stores o: their own 2-byte float types (hdf5_types.hpp).
-  const std::pair<const char*, const Tensor*> tokens[] = {{"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}};
-  for (const auto& [name, tensor] : tokens) {
-    hdf5::write_tensor(f, path, name, *tensor, {});
-    hdf5::write_attribute(f, path, name, "layout", "BTHD");
-  }
-  hdf5::write_tensor(f, path, "dh0", out.dh0, {});
+void write_grad_dataset_attributes(hid_t f, const std::string& path, bool packed) {
+  for (const char* name : {"dq", "dk", "dv"}) hdf5::write_attribute(f, path, name, "layout", "BTHD");
   hdf5::write_attribute(f, path, "dh0", "layout", packed ? "N,H,DK,DV" : "B,H,DK,DV");
   hdf5::write_attribute(f, path, "dh0", "description", "the gradient of the initial state (of each sequence)");
-  if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
-  const GradRecord& r = out.record;
+}
+
+void write_grad_record(hid_t f, const std::string& path, const GradRecord& r) {
   write_run_record(f, path, r.run);
   hdf5::write_attribute(f, path, "/", "forward_file", r.forward_file);
   hdf5::write_attribute(f, path, "/", "grad_file", r.grad_file);
   hdf5::write_attribute(f, path, "/", "grad_group", r.grad_group);
   hdf5::write_attribute(f, path, "/", "recompute_h", static_cast<std::int64_t>(r.recompute_h ? 1 : 0));
+}
+
+void write_grad_output_file(const std::string& path, const GradOutputData& out, bool durable) {
+  hdf5::NewFile file(path);
+  const hid_t f = file.id();
+  const bool packed = !out.cu_seqlens.empty();
+  // 16-bit types are stored as write_output_file stores o: their own 2-byte float types (hdf5_types.hpp).
+  const std::pair<const char*, const Tensor*> tensors[] = {
+      {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}, {"dh0", &out.dh0}};
+  for (const auto& [name, tensor] : tensors) hdf5::write_tensor(f, path, name, *tensor, {});
+  write_grad_dataset_attributes(f, path, packed);
+  if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
+  write_grad_record(f, path, out.record);
   file.commit(durable);
 }
 

@@ -10,6 +10,8 @@
 #include "core/tensor.hpp"
 #include "io/output_file.hpp"
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -30,10 +32,18 @@ struct GradOutputData {
   GradRecord record;
 };
 
-// Writes path.partial and renames it to path (replacing an existing file);
-// with durable, flushed to disk first (hdf5::NewFile::commit). Throws
-// FileError; on failure no file named path is created.
+// Writes whole tensors to path.partial and renames it to path (replacing an
+// existing file); with durable, flushed to disk first (hdf5::NewFile::commit).
+// Throws FileError; on failure no file named path is created. Used by the
+// tests; `linattn backward` writes window by window (grad_output_stream.hpp).
 void write_grad_output_file(const std::string& path, const GradOutputData& out, bool durable = true);
+
+// What every gradient output carries beside the data, shared with the
+// streamed writer (grad_output_stream.hpp): the attributes of dq, dk, dv and
+// dh0 (which must exist), and the file's (the run record and where the inputs
+// came from).
+void write_grad_dataset_attributes(hid_t file, const std::string& path, bool packed);
+void write_grad_record(hid_t file, const std::string& path, const GradRecord& record);
 
 // True when the file holds dq: a gradient output rather than a forward one.
 bool is_grad_output_file(const std::string& path);

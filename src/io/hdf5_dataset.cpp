@@ -128,6 +128,24 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
     throw FileError(file_name, path, with_detail("cannot be written"));
 }
 
+Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int64_t>& start,
+                         const std::vector<std::int64_t>& count, const std::string& file_name, const std::string& path) {
+  Tensor t(dtype, count);
+  if (t.numel() == 0) return t;
+  const Datatype memory = datatype_of(dtype);
+  read_block(dataset, memory.get(), std::vector<hsize_t>(start.begin(), start.end()),
+             std::vector<hsize_t>(count.begin(), count.end()), t.bytes.data(), file_name, path);
+  return t;
+}
+
+void write_block_tensor(hid_t dataset, const Tensor& t, const std::vector<std::int64_t>& start,
+                        const std::string& file_name, const std::string& path) {
+  if (t.numel() == 0) return;
+  const Datatype memory = datatype_of(t.dtype);
+  write_block(dataset, memory.get(), std::vector<hsize_t>(start.begin(), start.end()),
+              std::vector<hsize_t>(t.shape.begin(), t.shape.end()), t.bytes.data(), file_name, path);
+}
+
 Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,
                        const std::vector<std::int64_t>& shape, const std::vector<hsize_t>& chunk, bool compress) {
   const std::vector<hsize_t> dims(shape.begin(), shape.end());

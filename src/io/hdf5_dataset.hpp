@@ -67,6 +67,14 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
                  const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
                  const std::string& path);
 
+// read_block into a new tensor of `dtype` and shape `count` (the window
+// reads of `linattn backward`).
+Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int64_t>& start,
+                         const std::vector<std::int64_t>& count, const std::string& file_name, const std::string& path);
+// write_block of a whole tensor at `start` (its shape is the block's).
+void write_block_tensor(hid_t dataset, const Tensor& t, const std::vector<std::int64_t>& start,
+                        const std::string& file_name, const std::string& path);
+
 // Creates an empty dataset of `shape` with the given chunk dimensions (none:
 // contiguous) and optional gzip, for block writes.
 Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,

@@ -1,0 +1,37 @@
+#include "io/grad_output_stream.hpp"
+
+#include "io/hdf5_dataset.hpp"
+
+namespace linattn {
+
+GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state)
+    : file_(path) {
+  const hid_t f = file_.id();
+  dq_ = hdf5::create_dataset(f, path, "dq", tokens, p.qk_shape(), {}, false);
+  dk_ = hdf5::create_dataset(f, path, "dk", tokens, p.qk_shape(), {}, false);
+  dv_ = hdf5::create_dataset(f, path, "dv", tokens, p.v_shape(), {}, false);
+  dh0_ = hdf5::create_dataset(f, path, "dh0", state, p.state_shape(), {}, false);
+  write_grad_dataset_attributes(f, path, p.varlen());
+  if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
+}
+
+void GradOutputStream::write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  hdf5::write_block_tensor(dq_.get(), dq, {0, t0, 0, 0}, path(), "dq");
+  hdf5::write_block_tensor(dk_.get(), dk, {0, t0, 0, 0}, path(), "dk");
+  hdf5::write_block_tensor(dv_.get(), dv, {0, t0, 0, 0}, path(), "dv");
+}
+
+void GradOutputStream::write_dh0(std::int64_t n0, const Tensor& rows) {
+  hdf5::write_block_tensor(dh0_.get(), rows, {n0, 0, 0, 0}, path(), "dh0");
+}
+
+void GradOutputStream::finish(const GradRecord& record, bool durable) {
+  write_grad_record(file_.id(), path(), record);
+  dq_.close();
+  dk_.close();
+  dv_.close();
+  dh0_.close();
+  file_.commit(durable);
+}
+
+}  // namespace linattn

@@ -1,0 +1,39 @@
+// A gradient output (docs/HDF5.md, "Gradient outputs") written window by
+// window, as `linattn backward` streams a case: dq, dk, dv and dh0 are created
+// full size up front (contiguous, no fill pass), each window's tokens of dq,
+// dk and dv and the dh0 rows it finishes are written as blocks, and finish()
+// adds the attributes and commits the file (.partial -> final name, with
+// fsync when durable). A stream destroyed before finish() removes its
+// .partial file.
+#pragma once
+
+#include "core/problem.hpp"
+#include "core/tensor.hpp"
+#include "io/grad_output_file.hpp"
+#include "io/hdf5_file.hpp"
+
+#include <cstdint>
+#include <string>
+
+namespace linattn {
+
+class GradOutputStream {
+ public:
+  // dq, dk, dv of `tokens` dtype, dh0 of `state` dtype; cu_seqlens copied for a packed p.
+  GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state);
+
+  // The window [t0, t0 + T') of every batch row: dq, dk [rows, T', H, DK], dv [rows, T', H, DV].
+  void write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+  // dh0 rows [n0, n0 + rows.shape[0]).
+  void write_dh0(std::int64_t n0, const Tensor& rows);
+
+  void finish(const GradRecord& record, bool durable);
+  const std::string& path() const { return file_.path(); }
+  const std::string& partial_path() const { return file_.partial_path(); }
+
+ private:
+  hdf5::NewFile file_;
+  hdf5::Dataset dq_, dk_, dv_, dh0_;
+};
+
+}  // namespace linattn

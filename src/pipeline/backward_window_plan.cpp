@@ -1,0 +1,126 @@
+#include "pipeline/backward_window_plan.hpp"
+
+#include <algorithm>
+#include <string>
+
+namespace linattn {
+namespace {
+
+// Bytes per token of one row, per chunk of one row and per sequence.
+struct BackwardUnits {
+  std::int64_t token = 0, chunk = 0, sequence = 0;
+};
+
+BackwardUnits units(const Problem& p, const BackwardStorage& s) {
+  const std::int64_t in = static_cast<std::int64_t>(dtype_size(s.input));
+  const std::int64_t out = static_cast<std::int64_t>(dtype_size(s.output));
+  const std::int64_t acc = static_cast<std::int64_t>(dtype_size(s.accumulation));
+  const std::int64_t state = p.H * p.DK * p.DV;
+  BackwardUnits u;
+  // q, k, v, do read and dq, dk, dv written, each on the host and in the kernels' buffers.
+  u.token = 2 * p.H * ((2 * p.DK + 2 * p.DV) * in + (2 * p.DK + p.DV) * out);
+  if (s.recompute_h) u.token += p.H * p.DV * acc;  // the recomputing forward's o
+  // h: read and uploaded, or recomputed in the kernels' buffers.
+  u.chunk = s.recompute_h ? state * acc : 2 * state * static_cast<std::int64_t>(dtype_size(s.snapshot));
+  // dht (read, converted, uploaded) and dh0 (computed, downloaded); with
+  // recompute_h the start states likewise and the forward's final states.
+  u.sequence = (s.recompute_h ? 9 : 5) * state * acc;
+  return u;
+}
+
+std::int64_t bytes_of(const BackwardUnits& u, std::int64_t rows, std::int64_t tokens, std::int64_t chunks,
+                      std::int64_t sequences) {
+  return rows * (tokens * u.token + chunks * u.chunk) + sequences * u.sequence;
+}
+
+std::string mib(std::int64_t bytes) {
+  if (bytes < (std::int64_t(1) << 20)) return std::to_string((bytes + 1023) >> 10) + " KiB";
+  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
+
+[[noreturn]] void too_small(std::int64_t need, std::int64_t budget) {
+  throw BudgetError("the memory budget is too small for this case's backward: one chunk of every sequence needs " +
+                    mib(need) + ", the budget is " + mib(budget) + " (raise --memory-budget)");
+}
+
+std::vector<Window> plan_plain(const Problem& p, const BackwardUnits& u, std::int64_t budget) {
+  const std::int64_t NT = p.num_chunks();
+  auto cost = [&](std::int64_t chunks) { return bytes_of(u, p.B, std::min(p.T, chunks * p.chunk), chunks, p.B); };
+  if (cost(1) > budget) too_small(cost(1), budget);
+  // cost grows linearly in whole chunks: the most that fit, by division.
+  const std::int64_t per_chunk = p.B * (p.chunk * u.token + u.chunk);
+  const std::int64_t chunks = std::clamp<std::int64_t>((budget - p.B * u.sequence) / per_chunk, 1, NT);
+  std::vector<Window> windows;
+  for (std::int64_t c0 = 0; c0 < NT; c0 += chunks) {
+    Window w;
+    w.t0 = c0 * p.chunk;
+    w.t1 = std::min(p.T, (c0 + chunks) * p.chunk);
+    w.seq_begin = 0;
+    w.seq_end = p.B;
+    w.continues = w.t0 > 0;
+    w.carries = w.t1 < p.T;
+    w.chunk0 = c0;
+    w.chunks = std::min(chunks, NT - c0);
+    windows.push_back(w);
+  }
+  return windows;
+}
+
+std::vector<Window> plan_packed(const Problem& p, const BackwardUnits& u, std::int64_t budget) {
+  const std::int64_t N = p.num_sequences();
+  std::vector<Window> windows;
+  Window w;  // the open window; empty while w.chunks == 0
+  std::int64_t global_chunk = 0;
+  for (std::int64_t n = 0; n < N; ++n) {
+    const std::int64_t start = p.cu_seqlens[n], end = p.cu_seqlens[n + 1];
+    for (std::int64_t t = start; t < end; t += p.chunk, ++global_chunk) {
+      const std::int64_t t_next = std::min(end, t + p.chunk);
+      // Close the open window when this chunk would not fit in it.
+      if (w.chunks > 0 && bytes_of(u, 1, t_next - w.t0, w.chunks + 1, n + 1 - w.seq_begin) > budget) {
+        windows.push_back(w);
+        w = Window{};
+      }
+      if (w.chunks == 0) {
+        w.t0 = t;
+        w.seq_begin = n;
+        w.continues = t > start;
+        w.chunk0 = global_chunk;
+      }
+      w.seq_end = n + 1;
+      w.t1 = t_next;
+      w.chunks += 1;
+      w.carries = t_next < end;
+      const std::int64_t need = bytes_of(u, 1, w.tokens(), w.chunks, w.sequences());
+      if (need > budget) too_small(need, budget);  // a chunk alone
+    }
+  }
+  windows.push_back(w);
+  return windows;
+}
+
+}  // namespace
+
+std::int64_t backward_window_bytes(const Problem& p, const BackwardStorage& s, const Window& w) {
+  const BackwardUnits u = units(p, s);
+  return p.varlen() ? bytes_of(u, 1, w.tokens(), w.chunks, w.sequences()) : bytes_of(u, p.B, w.tokens(), w.chunks, p.B);
+}
+
+Window whole_case_window(const Problem& p) {
+  Window w;
+  w.t0 = 0;
+  w.t1 = p.T;
+  w.seq_begin = 0;
+  w.seq_end = p.num_sequences();
+  w.chunk0 = 0;
+  w.chunks = p.total_chunks();
+  return w;
+}
+
+std::vector<Window> plan_backward_windows(const Problem& p, const BackwardStorage& s, std::int64_t budget) {
+  const Window whole = whole_case_window(p);
+  if (backward_window_bytes(p, s, whole) <= budget) return {whole};
+  const BackwardUnits u = units(p, s);
+  return p.varlen() ? plan_packed(p, u, budget) : plan_plain(p, u, budget);
+}
+
+}  // namespace linattn

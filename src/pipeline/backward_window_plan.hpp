@@ -1,0 +1,43 @@
+// The backward's windows (README.md "The backward", docs/ARCHITECTURE.md
+// "The streamed backward"): a case whose working set exceeds the memory
+// budget is cut along T into windows of whole chunks, the same Window as the
+// forward's plan (window_plan.hpp): all B rows of tokens [t0, t1) for a plain
+// batch, a piece of the one row for a packed one (a window may end inside a
+// sequence, which then carries its state gradient into the window before).
+// The backward walks them from the last to the first.
+//
+// A window's working set is what one run_backward call holds: the host
+// tensors it reads (q, k, v, do, its h chunks or its start states, dht rows)
+// and writes (dq, dk, dv, dh0 rows), and the kernels' copies of all of them
+// (device memory, host memory on host backends), plus the recomputed o and h
+// with --recompute-h. An estimate over byte counts, O(chunks) to plan.
+#pragma once
+
+#include "core/dtype.hpp"
+#include "core/problem.hpp"
+#include "pipeline/window_plan.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace linattn {
+
+struct BackwardStorage {
+  DType input = DType::f32, output = DType::f32, accumulation = DType::f32;
+  DType snapshot = DType::f32;  // h as stored (unused with recompute_h)
+  bool recompute_h = false;
+};
+
+// The working set of window w of problem `whole`.
+std::int64_t backward_window_bytes(const Problem& whole, const BackwardStorage& s, const Window& w);
+
+// The whole case as one window.
+Window whole_case_window(const Problem& whole);
+
+// One window when the whole case fits `budget`; else the fewest windows that
+// fit (plain: all of equal length but the last; packed: greedy along the
+// row). Throws BudgetError naming the sizes when one chunk of every sequence
+// in it does not fit.
+std::vector<Window> plan_backward_windows(const Problem& whole, const BackwardStorage& s, std::int64_t budget);
+
+}  // namespace linattn
