@@ -41,6 +41,6 @@ if(_linattn_need_inc OR NOT TARGET Kokkos::kokkoskernels)
   target_include_directories(linattn_kokkos SYSTEM INTERFACE ${LINATTN_KOKKOS_INCLUDE_DIR})
 endif()
 
-find_package(HDF5 REQUIRED COMPONENTS C)
+include(LinattnMPI)  # finds HDF5: the parallel build when MPI is used
 find_package(CLI11 CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)

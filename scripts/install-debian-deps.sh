@@ -10,6 +10,8 @@ packages=(
   libblas-dev liblapack-dev                                # Kokkos Kernels' CMake package links libblas.so and
                                                            # liblapack.so but its package does not depend on them
   libhdf5-dev                                              # HDF5 C library
+  libopenmpi-dev openmpi-bin libhdf5-openmpi-dev           # MPI runs (docs/PARALLEL.md): Open MPI, mpirun and
+                                                           # parallel HDF5; the build uses them when found
   libcli11-dev nlohmann-json3-dev                          # command line, JSON reports
   libgtest-dev                                             # GoogleTest
   python3-h5py python3-numpy                               # h5py read-back test, inputs/README.md snippets

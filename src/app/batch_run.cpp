@@ -1,6 +1,7 @@
 #include "app/batch_run.hpp"
 
 #include "pipeline/progress_reporter.hpp"
+#include "app/case_result_message.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
@@ -9,10 +10,13 @@
 #include "io/input_file.hpp"
 #include "io/output_stream.hpp"
 #include "kernels/execution.hpp"
+#include "parallel/case_assignment.hpp"
+#include "parallel/communicator.hpp"
 #include "pipeline/compute_stage.hpp"
 #include "pipeline/host_buffers.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/pinned_memory.hpp"
+#include "pipeline/read_protocol.hpp"
 #include "pipeline/read_stage.hpp"
 #include "pipeline/signal_cleanup.hpp"
 #include "pipeline/write_stage.hpp"
@@ -23,7 +27,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <ostream>
@@ -35,10 +41,6 @@ namespace linattn {
 namespace fs = std::filesystem;
 using namespace pipeline;
 
-namespace {
-
-// Creates OUTDIR when missing and proves it writable with a probe file.
-// Returns the one-line reason when it is not usable, "" when it is.
 std::string prepare_outdir(const std::string& outdir) {
   std::error_code ec;
   fs::create_directories(outdir, ec);
@@ -55,6 +57,8 @@ std::string prepare_outdir(const std::string& outdir) {
   return "";
 }
 
+namespace {
+
 bool same_file(const std::string& a, const std::string& b) {
   std::error_code ec;
   return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
@@ -63,6 +67,37 @@ bool same_file(const std::string& a, const std::string& b) {
 // A problem of a whole case, named as the file and its group.
 FileError case_error(const CaseResult& r, const std::string& what) {
   return FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + what);
+}
+
+}  // namespace
+
+Problem case_problem(const RunOptions& opt, const CaseResult& r, const CaseSchema& schema) {
+  if (schema.has_initial_z && !opt.forward.normalize)
+    throw FileError(r.input, dataset_path(r.group, "z_state"),
+                    "an initial key sum is only used by normalized runs (pass --normalize, or remove z_state)");
+  try {
+    const std::vector<std::int64_t> s0_shape = {schema.num_sequences(), schema.q.shape[2], schema.q.shape[3],
+                                                schema.v.shape[3]};
+    Problem p = problem_from_shapes(schema.q.shape, schema.k.shape, schema.v.shape, opt.chunk, opt.scale,
+                                    schema.has_initial_state ? &s0_shape : nullptr, schema.cu_seqlens);
+    check_forward(p, opt.forward, schema.q.dtype);
+    return p;
+  } catch (const std::invalid_argument& e) {
+    throw case_error(r, e.what());
+  }
+}
+
+CaseStorage case_storage(const RunOptions& opt, const CaseSchema& schema) {
+  CaseStorage s;
+  s.input = schema.q.dtype;
+  s.output = output_dtype(s.input, opt.forward);
+  s.accumulation = accumulation_dtype(s.input);
+  s.snapshots = opt.forward.snapshots != SnapshotMode::none;
+  s.snapshot = snapshot_dtype(s.input, opt.forward.snapshots);
+  s.has_initial_state = schema.has_initial_state;
+  s.has_initial_z = schema.has_initial_z;
+  s.normalize = opt.forward.normalize;
+  return s;
 }
 
 RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem& p, const CaseStorage& s,
@@ -89,6 +124,8 @@ RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem&
   rec.num_sequences = p.num_sequences();
   return rec;
 }
+
+namespace {
 
 // Everything one batch shares: the buffers, the reader process, the writer
 // thread, the compute stages (one per type combination, warmed up once).
@@ -165,36 +202,33 @@ class Batch {
     }
   }
 
+  // The bytes of a case's q, k and v, from its metadata (its weight when
+  // ranks share the batch); fails as run_case would on a case that cannot be opened.
+  std::int64_t input_bytes(const CaseResult& r) {
+    if (hung_files_.count(r.input))
+      throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
+    try {
+      const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, deadline());
+      readers_[0]->close_case(deadline());
+      std::int64_t elements = 0;
+      for (const hdf5::DatasetInfo* d : {&schema.q, &schema.k, &schema.v})
+        elements += std::accumulate(d->shape.begin(), d->shape.end(), std::int64_t(1), std::multiplies<>());
+      return elements * static_cast<std::int64_t>(dtype_size(schema.q.dtype));
+    } catch (const ReaderLost& e) {
+      if (std::string(e.what()).rfind("timed out", 0) == 0) hung_files_.insert(r.input);
+      throw;
+    }
+  }
+
   void run_case_reading(CaseResult& r, std::size_t index, std::size_t total) {
     const Clock::time_point started = Clock::now();
     const Clock::time_point until = deadline();
     const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
     for (std::size_t i = 1; i < readers_.size(); ++i) readers_[i]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
-    if (schema.has_initial_z && !opt_.forward.normalize)
-      throw FileError(r.input, dataset_path(r.group, "z_state"),
-                      "an initial key sum is only used by normalized runs (pass --normalize, or remove z_state)");
-    Problem p;
-    try {
-      const std::vector<std::int64_t> s0_shape = {schema.num_sequences(), schema.q.shape[2], schema.q.shape[3],
-                                                  schema.v.shape[3]};
-      p = problem_from_shapes(schema.q.shape, schema.k.shape, schema.v.shape, opt_.chunk, opt_.scale,
-                              schema.has_initial_state ? &s0_shape : nullptr, schema.cu_seqlens);
-      check_forward(p, opt_.forward, schema.q.dtype);
-    } catch (const std::invalid_argument& e) {
-      throw case_error(r, e.what());
-    }
+    const Problem p = case_problem(opt_, r, schema);
     r.problem = p;
     r.dtype = schema.q.dtype;
-
-    CaseStorage s;
-    s.input = schema.q.dtype;
-    s.output = output_dtype(s.input, opt_.forward);
-    s.accumulation = accumulation_dtype(s.input);
-    s.snapshots = opt_.forward.snapshots != SnapshotMode::none;
-    s.snapshot = snapshot_dtype(s.input, opt_.forward.snapshots);
-    s.has_initial_state = schema.has_initial_state;
-    s.has_initial_z = schema.has_initial_z;
-    s.normalize = opt_.forward.normalize;
+    const CaseStorage s = case_storage(opt_, schema);
     const OutputLayout out_layout = output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize,
                                                   opt_.compress);
     // Plain windows cover whole chunks of o and h (a multiple of both extents).
@@ -335,8 +369,8 @@ class Batch {
   double startup_ = 0;
 };
 
-// The output name of a case, refused when it clashes, is the input itself, or
-// exists (unless --force or --skip-existing).
+}  // namespace
+
 void check_output(const RunOptions& opt, std::set<std::string>& outputs, CaseResult& r) {
   r.output = output_path(opt.outdir, r.input, r.group);
   std::error_code ec;
@@ -347,8 +381,6 @@ void check_output(const RunOptions& opt, std::set<std::string>& outputs, CaseRes
   if (!opt.force && !opt.skip_existing && fs::exists(r.output))
     throw FileError(r.output, "output exists (pass --force to overwrite, or --skip-existing to keep it)");
 }
-
-}  // namespace
 
 std::string output_path(const std::string& outdir, const std::string& input, const std::string& group) {
   std::string name = fs::path(input).stem().string();
@@ -366,72 +398,167 @@ std::string output_path(const std::string& outdir, const std::string& input, con
   return (fs::path(outdir) / (name + ".h5")).string();
 }
 
+namespace {
+
+// Why a case failed, one line: a FileError names its file; errors from below
+// the I/O layer do not know the case, so it is named.
+std::string case_failure(const CaseResult& r, const std::exception& e) {
+  if (dynamic_cast<const FileError*>(&e)) return e.what();
+  return printable(r.label() + ": " + e.what());
+}
+
+// A batch shared by the MPI ranks (docs/PARALLEL.md). Rank 0 checks every
+// case's output name, weighs the cases it will run by their input bytes (from
+// their metadata, read by its reader process) and assigns them, largest first,
+// to the least loaded rank; every rank receives that plan, runs its own cases
+// through Batch::run_case, and rank 0 reports the cases that failed or were
+// skipped before being assigned. Returns the rank of each case (-1: none).
+std::vector<int> run_shared_batch(const RunOptions& opt, Batch& batch, ProgressReporter& reporter,
+                                  const std::string& outdir_problem, std::vector<CaseResult>& results) {
+  const int rank = parallel::rank();
+  std::vector<std::int64_t> owners;
+  if (rank == 0) {
+    std::set<std::string> outputs;
+    std::vector<std::size_t> to_run;
+    std::vector<std::int64_t> costs;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      CaseResult& r = results[i];
+      if (r.error.empty() && !outdir_problem.empty()) r.error = outdir_problem;
+      if (!r.error.empty()) continue;
+      try {
+        check_output(opt, outputs, r);
+        if (opt.skip_existing && fs::exists(r.output)) {
+          r.ok = r.skipped = true;
+          continue;
+        }
+        costs.push_back(batch.input_bytes(r));
+        to_run.push_back(i);
+      } catch (const std::exception& e) {
+        r.error = case_failure(r, e);
+      }
+    }
+    owners.assign(results.size(), -1);
+    const std::vector<int> assigned = parallel::assign_cases(costs, parallel::size());
+    for (std::size_t k = 0; k < to_run.size(); ++k) owners[to_run[k]] = assigned[k];
+  }
+  std::vector<std::size_t> every(results.size());
+  std::iota(every.begin(), every.end(), std::size_t(0));
+  const std::string plan = parallel::broadcast(encode_results(results, every));
+  const std::string plan_owners = parallel::broadcast(MessageWriter().i64s(owners).bytes());
+  if (rank != 0) {
+    decode_results(plan, results);
+    owners = MessageReader(plan_owners).i64s();
+  }
+
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    CaseResult& r = results[i];
+    if (owners[i] < 0) {
+      if (rank == 0) {
+        if (r.skipped) reporter.line(skipped_line(i + 1, results.size(), r));
+        else reporter.line(failure_line(i + 1, results.size(), r), true);
+      }
+      continue;
+    }
+    if (owners[i] != rank) continue;
+    try {
+      batch.run_case(r, i + 1, results.size());
+    } catch (const std::exception& e) {
+      r.error = case_failure(r, e);
+      reporter.line(failure_line(i + 1, results.size(), r), true);
+    }
+  }
+  return std::vector<int>(owners.begin(), owners.end());
+}
+
+}  // namespace
+
 std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
                                   BatchStats* stats) {
   const Clock::time_point run_started = Clock::now();
+  const int ranks = parallel::size();
+  // Ranks other than 0 keep their lines for rank 0, which prints them after its own.
+  std::ostringstream kept_progress, kept_errors;
+  std::ostream& lines = ranks == 1 || parallel::rank() == 0 ? progress : kept_progress;
+  std::ostream& problems = ranks == 1 || parallel::rank() == 0 ? errors : kept_errors;
+  RunOptions opt = options;
+  // The ranks of one node share its memory: each takes its share of the default budget.
+  if (ranks > 1 && opt.memory_budget == 0) opt.memory_budget = default_memory_budget() / parallel::local_size();
+  if (stats) stats->memory_budget = opt.memory_budget > 0 ? opt.memory_budget : default_memory_budget();
   install_signal_cleanup();
-  const std::string outdir_problem = prepare_outdir(options.outdir);
-  ProgressReporter reporter(progress, errors, options.progress_bar && &errors == &std::cerr && ::isatty(2));
+  const std::string outdir_problem = prepare_outdir(opt.outdir);
+  // Only rank 0 reports progress while cases run (the others' status lines would arrive late).
+  const double status_interval = &lines == &progress ? 10.0 : std::numeric_limits<double>::infinity();
+  ProgressReporter reporter(lines, problems, opt.progress_bar && &problems == &std::cerr && ::isatty(2),
+                            status_interval);
   std::vector<CaseResult> results;
   std::unique_ptr<Batch> batch;
+  std::string start_problem;
   try {
-    batch = std::make_unique<Batch>(options, reporter);
+    batch = std::make_unique<Batch>(opt, reporter);
     if (!host_execution && !batch->pinned())
       reporter.line("note: the host buffers could not be page-locked; copies to the device run at pageable speed",
                     true);
   } catch (const std::exception& e) {
+    start_problem = e.what();
+  }
+  start_problem = parallel::first_non_empty(start_problem);
+  if (!start_problem.empty()) {
     // No buffers, no reader: every input fails with the reason.
-    for (const std::string& input : options.inputs) {
+    for (const std::string& input : opt.inputs) {
       CaseResult r;
       r.input = input;
-      r.error = std::string("cannot start the pipeline: ") + e.what();
-      reporter.line(failure_line(results.size() + 1, options.inputs.size(), r), true);
+      r.error = "cannot start the pipeline: " + start_problem;
+      reporter.line(failure_line(results.size() + 1, opt.inputs.size(), r), true);
       results.push_back(r);
     }
     return results;
   }
 
   // List every case first (in the reader process), so that progress can say
-  // "[i/N]"; an input that cannot be listed is one failed case.
-  for (const std::string& input : options.inputs) {
-    try {
-      for (const std::string& group : batch->list(input)) {
+  // "[i/N]"; an input that cannot be listed is one failed case. Under MPI,
+  // rank 0 lists them for every rank.
+  if (parallel::rank() == 0) {
+    for (const std::string& input : opt.inputs) {
+      try {
+        for (const std::string& group : batch->list(input)) {
+          CaseResult r;
+          r.input = input;
+          r.group = group;
+          results.push_back(r);
+        }
+      } catch (const std::exception& e) {
         CaseResult r;
         r.input = input;
-        r.group = group;
+        r.error = printable(e.what());
         results.push_back(r);
       }
-    } catch (const std::exception& e) {
-      CaseResult r;
-      r.input = input;
-      r.error = printable(e.what());
-      results.push_back(r);
     }
   }
 
-  std::set<std::string> outputs;
-  for (std::size_t i = 0; i < results.size(); ++i) {
-    CaseResult& r = results[i];
-    if (r.error.empty() && !outdir_problem.empty()) r.error = outdir_problem;
-    if (r.error.empty()) {
-      try {
-        check_output(options, outputs, r);
-        if (options.skip_existing && fs::exists(r.output)) {
-          r.ok = r.skipped = true;
-          reporter.line("[" + std::to_string(i + 1) + "/" + std::to_string(results.size()) + "] " +
-                        printable(r.label()) + "  skipped: " + printable(r.output) + " exists (--skip-existing)");
-          continue;
+  std::vector<int> owner_of;  // the rank that runs each case (ranks > 1)
+  if (ranks == 1) {
+    std::set<std::string> outputs;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      CaseResult& r = results[i];
+      if (r.error.empty() && !outdir_problem.empty()) r.error = outdir_problem;
+      if (r.error.empty()) {
+        try {
+          check_output(opt, outputs, r);
+          if (opt.skip_existing && fs::exists(r.output)) {
+            r.ok = r.skipped = true;
+            reporter.line(skipped_line(i + 1, results.size(), r));
+            continue;
+          }
+          batch->run_case(r, i + 1, results.size());
+          continue;  // the writer reports it
+        } catch (const std::exception& e) {
+          r.error = case_failure(r, e);
         }
-        batch->run_case(r, i + 1, results.size());
-        continue;  // the writer reports it
-      } catch (const FileError& e) {
-        r.error = e.what();
-      } catch (const std::exception& e) {
-        // Errors from below the I/O layer do not know the case: name it.
-        r.error = printable(r.label() + ": " + e.what());
       }
+      reporter.line(failure_line(i + 1, results.size(), r), true);
     }
-    reporter.line(failure_line(i + 1, results.size(), r), true);
+  } else {
+    owner_of = run_shared_batch(opt, *batch, reporter, outdir_problem, results);
   }
   batch->drain();  // every case written and committed
   if (stats) {
@@ -439,8 +566,29 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
     stats->resident = resident_memory();
     save_memory_map_if_asked();
   }
-  reporter.line(batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()), true);
+  const std::string rank_name = ranks > 1 ? "rank " + std::to_string(parallel::rank()) + " " : "";
+  reporter.line(rank_name + batch->stage_report(std::chrono::duration<double>(Clock::now() - run_started).count()),
+                true);
   batch.reset();
+  if (ranks > 1) {
+    // Rank 0 collects every case's result and prints the other ranks' lines.
+    std::vector<std::size_t> mine;
+    for (std::size_t i = 0; i < results.size(); ++i)
+      if (owner_of[i] == parallel::rank()) mine.push_back(i);
+    const std::vector<std::string> theirs = parallel::gather(encode_results(results, mine));
+    const std::vector<std::string> their_lines = parallel::gather(kept_progress.str());
+    const std::vector<std::string> their_problems = parallel::gather(kept_errors.str());
+    for (std::size_t r = 1; r < theirs.size(); ++r) {
+      decode_results(theirs[r], results);
+      progress << their_lines[r] << std::flush;
+      errors << their_problems[r] << std::flush;
+    }
+    if (parallel::rank() != 0) {
+      std::vector<CaseResult> own;
+      for (std::size_t i : mine) own.push_back(results[i]);
+      return own;
+    }
+  }
   return results;
 }
 

@@ -6,11 +6,16 @@
 #pragma once
 
 #include "core/problem.hpp"
+#include "io/input_file.hpp"
+#include "io/output_file.hpp"
 #include "kernels/forward.hpp"
+#include "pipeline/compute_stage.hpp"
+#include "pipeline/window_plan.hpp"
 
 #include <cstdint>
 #include <iosfwd>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -33,6 +38,7 @@ struct RunOptions {
   std::string reader_exe;        // the program started as the reader process; "": this program
   int readers = 2;               // reader processes reading windows side by side
   bool progress_bar = true;      // a redrawn bar when stderr is a terminal
+  bool context_parallel = false;  // every case split along T over the MPI ranks (context_parallel_run.hpp)
 };
 
 struct CaseResult {
@@ -56,12 +62,38 @@ struct CaseResult {
 // dots); OUTDIR/STEM.h5 for a case at the root.
 std::string output_path(const std::string& outdir, const std::string& input, const std::string& group);
 
+// Creates OUTDIR when missing and proves it writable with a probe file.
+// Returns the one-line reason when it is not usable, "" when it is.
+std::string prepare_outdir(const std::string& outdir);
+
+// Sets r.output and throws FileError when it clashes with an earlier case's
+// (`outputs` holds theirs), is the input itself, or exists (unless --force or
+// --skip-existing).
+void check_output(const RunOptions& options, std::set<std::string>& outputs, CaseResult& r);
+
+// A case's problem from its schema, checked as `run` checks it before any
+// device work (FileError naming the case when it cannot run), and the element
+// types and optional parts of its output.
+Problem case_problem(const RunOptions& options, const CaseResult& r, const CaseSchema& schema);
+CaseStorage case_storage(const RunOptions& options, const CaseSchema& schema);
+
+// The attributes of a case's output file (RunRecord) after its run.
+RunRecord make_record(const RunOptions& options, const CaseResult& r, const Problem& p, const CaseStorage& s,
+                      GemmPath gemm, const pipeline::WindowTimes& t);
+
 // Runs the batch. Prints one progress line per case to `progress` as it
 // finishes, and failures (one line each) to `errors`. Never throws for a bad
 // case or a bad output directory: each such case is a failed CaseResult.
+//
+// Under MPI with more than one rank (docs/PARALLEL.md) rank 0 lists the
+// cases and shares them out (parallel/case_assignment.hpp); each rank runs its
+// own through the same per-case path. Rank 0 prints its cases' lines as they
+// finish and the other ranks' after them, and returns every case's result;
+// the other ranks print nothing and return their own cases' results.
 struct BatchStats {
   std::int64_t reader_peak_rss = 0;  // bytes, the largest of the reader processes
   std::string resident;              // the batch process's resident memory by kind, while its buffers still exist
+  std::int64_t memory_budget = 0;    // bytes the run's buffers were planned for (a rank's share under MPI)
 };
 std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
                                   BatchStats* stats = nullptr);

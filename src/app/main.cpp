@@ -1,6 +1,8 @@
 // linattn: the command-line program. Parses the command line, initializes
 // Kokkos once, and runs the chosen subcommand.
 #include "app/command.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/local_device.hpp"
 #include "pipeline/read_process.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -12,16 +14,19 @@ namespace {
 
 // Kokkos gets none of linattn's arguments (it would reject them), and its
 // start-up warnings are turned off so that they do not interleave with reports.
+// Under MPI each rank takes its node's GPU (parallel/local_device.hpp).
 #if KOKKOS_VERSION >= 30700
 Kokkos::InitializationSettings kokkos_settings() {
   Kokkos::InitializationSettings settings;
   settings.set_disable_warnings(true);
+  if (const int device = linattn::parallel::local_device_id(); device >= 0) settings.set_device_id(device);
   return settings;
 }
 #else
 Kokkos::InitArguments kokkos_settings() {
   Kokkos::InitArguments settings;
   settings.disable_warnings = true;
+  if (const int device = linattn::parallel::local_device_id(); device >= 0) settings.device_id = device;
   return settings;
 }
 #endif
@@ -44,6 +49,8 @@ int main(int argc, char** argv) {
   };
   CLI11_PARSE(app, argc, argv);
 
+  // MPI (when launched by mpirun) before Kokkos, which needs the rank's GPU; finalized after it.
+  linattn::parallel::Session mpi(argc, argv);
   Kokkos::ScopeGuard kokkos(kokkos_settings());
   for (const linattn::Command& command : commands) {
     if (!command.parser->parsed()) continue;
@@ -51,6 +58,8 @@ int main(int argc, char** argv) {
       return command.run();
     } catch (const std::exception& e) {
       std::cerr << "linattn " << command.parser->get_name() << ": error: " << e.what() << std::endl;
+      // The other ranks may be waiting for this one in a collective call.
+      if (linattn::parallel::size() > 1) linattn::parallel::abort_all(2);
       return 2;
     }
   }

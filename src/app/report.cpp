@@ -30,6 +30,11 @@ std::string failure_line(std::size_t index, std::size_t total, const CaseResult&
   return counter(index, total) + " " + printable(r.label()) + "  FAILED: " + printable(r.error);
 }
 
+std::string skipped_line(std::size_t index, std::size_t total, const CaseResult& r) {
+  return counter(index, total) + " " + printable(r.label()) + "  skipped: " + printable(r.output) +
+         " exists (--skip-existing)";
+}
+
 void print_summary(std::ostream& out, const std::vector<CaseResult>& results, Variant variant) {
   TextTable table{{"case", "shape", "dtype", "variant", "ms", "GB/s", "status"},
                   {false, false, false, false, true, true, false},

@@ -17,6 +17,9 @@ std::string progress_line(std::size_t index, std::size_t total, const CaseResult
 // "[2/3] inputs/example.h5:case1  FAILED: <error>"
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r);
 
+// "[2/3] inputs/example.h5:case1  skipped: OUT exists (--skip-existing)"
+std::string skipped_line(std::size_t index, std::size_t total, const CaseResult& r);
+
 // The table of all cases and a closing count line ("cases: 3 ok, 0 failed").
 void print_summary(std::ostream& out, const std::vector<CaseResult>& results, Variant variant);
 

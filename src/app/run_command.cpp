@@ -1,8 +1,10 @@
 // linattn run INPUT.h5... -o OUTDIR: the batch forward.
 #include "app/batch_run.hpp"
 #include "app/command.hpp"
+#include "app/context_parallel_run.hpp"
 #include "app/report.hpp"
 #include "kernels/path_choice.hpp"
+#include "parallel/communicator.hpp"
 #include "pipeline/memory_budget.hpp"
 
 #include <sys/resource.h>
@@ -24,6 +26,7 @@ Command add_run_command(CLI::App& parent) {
     std::string memory_budget;
     double case_timeout = 1800;
     int readers = 2;
+    bool context_parallel = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -64,7 +67,7 @@ Command add_run_command(CLI::App& parent) {
                   "bf16, or none (h not written)")
       ->check(CLI::IsMember({"fp32", "bf16", "none"}))
       ->capture_default_str();
-  cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
+  CLI::Option* compress = cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs");
   cmd->add_flag("--skip-existing", o->skip_existing,
@@ -93,6 +96,11 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--readers", o->readers, "Reader processes reading windows side by side")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
+  cmd->add_flag("--context-parallel", o->context_parallel,
+                "Under mpirun: split every case along T, one segment per rank, each rank starting from the state "
+                "the segments before it carry, all writing one output file (parallel HDF5); without it the ranks "
+                "share out the cases")
+      ->excludes(compress);  // docs/PARALLEL.md, "Limits"
 
   return {cmd, [o] {
             RunOptions opt;
@@ -113,21 +121,32 @@ Command add_run_command(CLI::App& parent) {
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
             opt.readers = o->readers;
+            opt.context_parallel = o->context_parallel;
             BatchStats stats;
-            const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr, &stats);
+            const std::vector<CaseResult> results = opt.context_parallel
+                                                        ? run_context_parallel(opt, std::cout, std::cerr)
+                                                        : run_batch(opt, std::cout, std::cerr, &stats);
+            bool failed = false;
+            for (const CaseResult& r : results) failed = failed || !r.ok;
+            // Under MPI, rank 0 holds every case's result and prints the one summary;
+            // every rank exits with 1 when any case failed anywhere.
+            failed = parallel::any(failed);
+            if (parallel::rank() != 0) return failed ? 1 : 0;
             std::cout << '\n';
             print_summary(std::cout, results, opt.forward.variant);
             // Peak resident memory, ours and the readers', beside the budget.
             rusage self{};
             getrusage(RUSAGE_SELF, &self);
+            if (opt.context_parallel) {  // no reader processes, no budget (docs/PARALLEL.md)
+              std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (rank 0)" << std::endl;
+              return failed ? 1 : 0;
+            }
             std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << (stats.reader_peak_rss >> 20)
                       << " MiB (largest reader process; its input slots are shared with the batch process); memory budget "
-                      << (opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget()) / (1 << 20)
+                      << stats.memory_budget / (1 << 20)
                       << " MiB" << (stats.resident.empty() ? "" : "; resident at the end of the batch: " + stats.resident)
                       << std::endl;
-            for (const CaseResult& r : results)
-              if (!r.ok) return 1;
-            return 0;
+            return failed ? 1 : 0;
           }};
 }
 

@@ -120,11 +120,15 @@ void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& st
 
 void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
                  const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
-                 const std::string& path) {
-  const Dataspace file_space = block_space(dataset, start, count);
-  const Dataspace memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+                 const std::string& path, hid_t transfer) {
+  const bool empty = std::find(count.begin(), count.end(), hsize_t(0)) != count.end();
+  Dataspace file_space = empty ? Dataspace(H5Dget_space(dataset)) : block_space(dataset, start, count);
+  Dataspace memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
+  if (empty && file_space.valid() && memory.valid() &&
+      (H5Sselect_none(file_space.get()) < 0 || H5Sselect_none(memory.get()) < 0))
+    file_space = Dataspace();
   if (!file_space.valid() || !memory.valid() ||
-      H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), H5P_DEFAULT, data) < 0)
+      H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), transfer, data) < 0)
     throw FileError(file_name, path, with_detail("cannot be written"));
 }
 

@@ -63,9 +63,11 @@ Dataset open_dataset(hid_t file, const std::string& file_name, const std::string
 // memory of `memory_type` (HDF5 converts when it differs from the file's).
 void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
                 void* data, const std::string& file_name, const std::string& path);
+// A count of 0 in any dimension writes nothing (a rank's share of a collective
+// write may be empty); transfer is the dataset transfer property list.
 void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
                  const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
-                 const std::string& path);
+                 const std::string& path, hid_t transfer = H5P_DEFAULT);
 
 // read_block into a new tensor of `dtype` and shape `count` (the window
 // reads of `linattn backward`).

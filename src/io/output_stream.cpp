@@ -42,8 +42,9 @@ OutputLayout output_layout(const Problem& p, DType o, DType h, DType state, bool
   return l;
 }
 
-OutputStream::OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout)
-    : file_(path), p_(p), layout_(layout) {
+OutputStream::OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout,
+                           hid_t file_access, hid_t transfer)
+    : file_(path, file_access), p_(p), layout_(layout), transfer_(transfer) {
   const hid_t f = file_.id();
   const bool packed = p.varlen();
   o_type_ = hdf5::datatype_of(layout.o);
@@ -79,23 +80,24 @@ OutputStream::OutputStream(const std::string& path, const Problem& p, const Outp
 void OutputStream::write_o(std::int64_t t0, std::int64_t t1, const void* data) {
   const hsize_t rows = static_cast<hsize_t>(p_.varlen() ? 1 : p_.B);
   hdf5::write_block(o_.get(), o_type_.get(), {0, hsize_t(t0), 0, 0},
-                    {rows, hsize_t(t1 - t0), hsize_t(p_.H), hsize_t(p_.DV)}, data, path(), "o");
+                    {rows, hsize_t(t1 - t0), hsize_t(p_.H), hsize_t(p_.DV)}, data, path(), "o", transfer_);
 }
 
 void OutputStream::write_h(std::int64_t c0, std::int64_t count, const void* data) {
-  if (!layout_.snapshots || count == 0) return;
+  // Collective writes: every rank calls, with its share possibly empty.
+  if (!layout_.snapshots || (count == 0 && transfer_ == H5P_DEFAULT)) return;
   const hsize_t rows = static_cast<hsize_t>(p_.varlen() ? 1 : p_.B);
   hdf5::write_block(h_.get(), h_type_.get(), {0, hsize_t(c0), 0, 0, 0},
-                    {rows, hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, data, path(), "h");
+                    {rows, hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, data, path(), "h", transfer_);
 }
 
 void OutputStream::write_final(std::int64_t n0, std::int64_t count, const void* state, const void* z) {
-  if (count == 0) return;
+  if (count == 0 && transfer_ == H5P_DEFAULT) return;
   hdf5::write_block(final_state_.get(), state_type_.get(), {hsize_t(n0), 0, 0, 0},
-                    {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, state, path(), "final_state");
+                    {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, state, path(), "final_state", transfer_);
   if (layout_.normalize)
     hdf5::write_block(z_state_.get(), state_type_.get(), {hsize_t(n0), 0, 0}, {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK)},
-                      z, path(), "z_state");
+                      z, path(), "z_state", transfer_);
 }
 
 void OutputStream::finish(const RunRecord& record, bool durable) {

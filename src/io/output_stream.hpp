@@ -32,7 +32,10 @@ OutputLayout output_layout(const Problem& p, DType o, DType h, DType state, bool
 
 class OutputStream {
  public:
-  OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout);
+  // file_access and transfer: property lists for the file and its block
+  // writes (every rank writing the file together: parallel/shared_hdf5_file.hpp).
+  OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout,
+               hid_t file_access = H5P_DEFAULT, hid_t transfer = H5P_DEFAULT);
 
   // Blocks of the window [t0, t1) of every batch row (o: [rows, t1 - t0, H, DV]
   // contiguous), of chunks [c0, c0 + count) (h: [rows, count, H, DK, DV]), and
@@ -46,6 +49,7 @@ class OutputStream {
   // then the flush to disk and the rename (any thread).
   void close(const RunRecord& record);
   void publish(bool durable) { file_.publish(durable); }
+  void leave_to_publisher() { file_.leave_to_publisher(); }  // another process publishes it
   const std::string& path() const { return file_.path(); }
   const std::string& partial_path() const { return file_.partial_path(); }
 
@@ -55,6 +59,7 @@ class OutputStream {
   OutputLayout layout_;
   hdf5::Dataset o_, h_, final_state_, z_state_;
   hdf5::Datatype o_type_, h_type_, state_type_;
+  hid_t transfer_ = H5P_DEFAULT;
 };
 
 }  // namespace linattn

@@ -1,0 +1,212 @@
+// The MPI layer's decisions, which are plain arithmetic and run in every
+// build (docs/PARALLEL.md): which rank runs which case (largest first, to the
+// least loaded rank), how a case is cut into one segment per rank (contiguous,
+// on chunk boundaries of its sequences, about equal chunk counts), which
+// segments' carried states a segment starts from, and the case results sent
+// between ranks. Without mpirun a run is one rank.
+#include "app/case_result_message.hpp"
+#include "parallel/case_assignment.hpp"
+#include "parallel/communicator.hpp"
+#include "parallel/segment_plan.hpp"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace linattn {
+namespace {
+
+using parallel::assign_cases;
+using parallel::carried_piece;
+using parallel::carry_chain;
+using parallel::plan_segments;
+
+Problem plain(std::int64_t B, std::int64_t T, std::int64_t chunk = 64) {
+  Problem p;
+  p.B = B;
+  p.T = T;
+  p.H = 2;
+  p.DK = 16;
+  p.DV = 8;
+  p.chunk = chunk;
+  return p;
+}
+
+Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t chunk = 64) {
+  Problem p = plain(1, 0, chunk);
+  p.cu_seqlens = {0};
+  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
+  p.T = p.cu_seqlens.back();
+  return p;
+}
+
+TEST(CaseAssignment, LargestFirstToTheLeastLoadedRank) {
+  // Sorted: 9 (case 1), 7 (3), 5 (0), 4 (4), 2 (2). Rank 0 takes 9, rank 1 7, rank 1 5 (7 < 9),
+  // rank 0 4 (9 < 12), rank 1 2 (12 < 13).
+  EXPECT_EQ(assign_cases({5, 9, 2, 7, 4}, 2), (std::vector<int>{1, 0, 1, 1, 0}));
+  // Three ranks: 9 -> 0, 7 -> 1, 5 -> 2, 4 -> 2 (5 is least), 2 -> 1 (7 < 9).
+  EXPECT_EQ(assign_cases({5, 9, 2, 7, 4}, 3), (std::vector<int>{2, 0, 1, 1, 2}));
+  // Equal costs are spread in case order, whatever their cost (0: cases of unknown size).
+  EXPECT_EQ(assign_cases({3, 3, 3, 3}, 2), (std::vector<int>{0, 1, 0, 1}));
+  EXPECT_EQ(assign_cases({0, 0, 0}, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(assign_cases({}, 4), std::vector<int>{});
+  EXPECT_EQ(assign_cases({1, 2, 3}, 1), (std::vector<int>{0, 0, 0}));
+  EXPECT_THROW(assign_cases({1}, 0), std::invalid_argument);
+}
+
+TEST(CaseAssignment, BalancesWithinTheLargestCase) {
+  // LPT's bound: the most loaded rank carries at most the average plus the largest case.
+  std::vector<std::int64_t> costs;
+  for (int i = 0; i < 40; ++i) costs.push_back((i * 7919) % 97 + 1);
+  for (int ranks : {2, 3, 5}) {
+    const std::vector<int> owner = assign_cases(costs, ranks);
+    std::vector<std::int64_t> load(static_cast<std::size_t>(ranks), 0);
+    for (std::size_t i = 0; i < costs.size(); ++i) load[static_cast<std::size_t>(owner[i])] += costs[i];
+    const std::int64_t total = std::accumulate(costs.begin(), costs.end(), std::int64_t(0));
+    const std::int64_t largest = *std::max_element(costs.begin(), costs.end());
+    for (std::int64_t l : load) EXPECT_LE(l, total / ranks + largest) << ranks << " ranks";
+  }
+}
+
+// The segments tile the tokens in order, start on chunk boundaries of their
+// sequences and number h's chunks consecutively.
+void expect_tiling(const Problem& p, const std::vector<Window>& segments) {
+  std::int64_t chunk = 0, t = 0;
+  for (const Window& w : segments) {
+    EXPECT_EQ(w.chunk0 == chunk || w.chunks == 0, true);
+    if (w.chunks == 0) continue;
+    EXPECT_EQ(w.t0, t);
+    const std::int64_t seq_start = p.varlen() ? p.cu_seqlens[w.seq_begin] : 0;
+    EXPECT_EQ((w.t0 - seq_start) % p.chunk, 0) << "segment starts off a chunk boundary";
+    EXPECT_EQ(w.continues, w.t0 > seq_start);
+    chunk += w.chunks;
+    t = w.t1;
+  }
+  EXPECT_EQ(t, p.T);
+  EXPECT_EQ(chunk, p.varlen() ? p.total_chunks() : p.num_chunks());
+}
+
+TEST(SegmentPlan, PlainBatchCutOnChunkBoundaries) {
+  const Problem p = plain(2, 1000);  // 16 chunks, the last 40 tokens
+  const std::vector<Window> two = plan_segments(p, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].t0, 0);
+  EXPECT_EQ(two[0].t1, 512);
+  EXPECT_TRUE(two[0].carries);
+  EXPECT_FALSE(two[0].continues);
+  EXPECT_EQ(two[1].t1, 1000);
+  EXPECT_TRUE(two[1].continues);
+  EXPECT_FALSE(two[1].carries);
+  expect_tiling(p, two);
+  const std::vector<Window> three = plan_segments(p, 3);  // 5, 5, 6 chunks
+  EXPECT_EQ(three[1].t0, 320);
+  EXPECT_EQ(three[2].t0, 640);
+  expect_tiling(p, three);
+  EXPECT_EQ(carry_chain(p, three, 0), std::vector<int>{});
+  EXPECT_EQ(carry_chain(p, three, 1), std::vector<int>{0});
+  EXPECT_EQ(carry_chain(p, three, 2), (std::vector<int>{0, 1}));
+  const parallel::CarriedPiece piece = carried_piece(p, three[1]);
+  EXPECT_EQ(piece.t0, 320);
+  EXPECT_FALSE(piece.from_start);
+  EXPECT_TRUE(carried_piece(p, three[0]).from_start);
+}
+
+TEST(SegmentPlan, FewerChunksThanRanksLeavesEmptySegments) {
+  const Problem p = plain(1, 100);  // 2 chunks over 3 ranks: 0, 1, 1 chunks
+  const std::vector<Window> s = plan_segments(p, 3);
+  EXPECT_EQ(s[0].chunks, 0);
+  EXPECT_EQ(s[0].sequences(), 0);
+  EXPECT_EQ(s[1].chunks, 1);
+  EXPECT_EQ(s[2].chunks, 1);
+  expect_tiling(p, s);
+  EXPECT_EQ(carry_chain(p, s, 2), std::vector<int>{1});  // the empty segment 0 is passed over
+  const std::vector<Window> one = plan_segments(plain(1, 10), 4);
+  expect_tiling(plain(1, 10), one);
+  EXPECT_EQ(one[3].chunks, 1);
+}
+
+TEST(SegmentPlan, PackedSequencesCarryOnlyWhereCut) {
+  // Chunks per sequence: 1, 1, 1, 2, 5, 11, 3 (24 in all).
+  const Problem p = packed({1, 63, 64, 65, 300, 700, 129});
+  const std::vector<Window> s = plan_segments(p, 3);  // 8 chunks each
+  expect_tiling(p, s);
+  // Segment 1 starts in sequence 4 (its 4th chunk) and ends in sequence 5 (its 6th chunk).
+  EXPECT_EQ(s[1].seq_begin, 4);
+  EXPECT_EQ(s[1].t0, p.cu_seqlens[4] + 3 * 64);
+  EXPECT_EQ(s[1].t1, p.cu_seqlens[5] + 6 * 64);
+  EXPECT_EQ(s[1].seq_end, 6);
+  EXPECT_TRUE(s[1].continues);
+  EXPECT_TRUE(s[1].carries);
+  EXPECT_EQ(s[1].fresh_begin(), 5);
+  EXPECT_EQ(s[1].finished_end(), 5);
+  // Segment 2 continues sequence 5, which started in segment 1: the chain is segment 1 alone.
+  EXPECT_EQ(carry_chain(p, s, 2), std::vector<int>{1});
+  const parallel::CarriedPiece piece = carried_piece(p, s[1]);
+  EXPECT_EQ(piece.t0, p.cu_seqlens[5]);
+  EXPECT_TRUE(piece.from_start);
+  // Segment 0 ends inside sequence 4, which starts in it.
+  EXPECT_TRUE(carried_piece(p, s[0]).from_start);
+  EXPECT_EQ(carried_piece(p, s[0]).t0, p.cu_seqlens[4]);
+}
+
+TEST(SegmentPlan, ALongSequenceAcrossSeveralSegments) {
+  const Problem p = packed({10, 1000, 20});  // chunks 1, 16, 1
+  const std::vector<Window> s = plan_segments(p, 4);  // 4, 5, 4, 5 chunks
+  expect_tiling(p, s);
+  EXPECT_EQ(carry_chain(p, s, 1), std::vector<int>{0});
+  EXPECT_EQ(carry_chain(p, s, 2), (std::vector<int>{0, 1}));
+  EXPECT_EQ(carry_chain(p, s, 3), (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(carried_piece(p, s[0]).from_start);  // sequence 1 starts in segment 0
+  EXPECT_EQ(carried_piece(p, s[0]).t0, 10);
+  EXPECT_FALSE(carried_piece(p, s[1]).from_start);
+}
+
+TEST(CaseResultMessage, RoundTrip) {
+  std::vector<CaseResult> results(3);
+  results[1].input = "in.h5";
+  results[1].group = "case1";
+  results[1].output = "out/in.case1.h5";
+  results[1].ok = true;
+  results[1].kernel_seconds = 0.125;
+  results[1].min_bytes = 1e9 + 0.5;
+  results[1].wall_seconds = 3.25;
+  results[1].windows = 4;
+  results[1].dtype = DType::bf16;
+  results[1].tile_path = "hosttile";
+  Problem p = plain(2, 300);
+  p.scale = 0.3;
+  results[1].problem = p;
+  results[2].input = "bad.h5";
+  results[2].error = "bad.h5: not an HDF5 file";
+  std::vector<CaseResult> back;
+  decode_results(encode_results(results, {1, 2}), back);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[1].label(), "in.h5:case1");
+  EXPECT_EQ(back[1].output, results[1].output);
+  EXPECT_TRUE(back[1].ok);
+  EXPECT_EQ(back[1].kernel_seconds, 0.125);
+  EXPECT_EQ(back[1].min_bytes, 1e9 + 0.5);
+  EXPECT_EQ(back[1].wall_seconds, 3.25);
+  EXPECT_EQ(back[1].windows, 4);
+  EXPECT_EQ(back[1].dtype, DType::bf16);
+  EXPECT_EQ(back[1].tile_path, "hosttile");
+  ASSERT_TRUE(back[1].problem.has_value());
+  EXPECT_EQ(back[1].problem->T, 300);
+  EXPECT_EQ(back[1].problem->scale, 0.3);
+  EXPECT_FALSE(back[2].ok);
+  EXPECT_EQ(back[2].error, results[2].error);
+  EXPECT_FALSE(back[2].problem.has_value());
+}
+
+TEST(Communicator, WithoutMpirunARunIsOneRank) {
+  // The test binary never starts MPI: every collective is the trivial one.
+  EXPECT_EQ(parallel::size(), 1);
+  EXPECT_EQ(parallel::rank(), 0);
+  EXPECT_TRUE(parallel::any(true));
+  EXPECT_FALSE(parallel::any(false));
+  EXPECT_EQ(parallel::broadcast("x"), "x");
+  EXPECT_EQ(parallel::first_non_empty("why"), "why");
+}
+
+}  // namespace
+}  // namespace linattn
