@@ -72,7 +72,7 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
     const double error = relative_l2(outputs[i].second->to_double(), *refs[i]);
     const bool below = error <= levels[i];  // NaN fails
     ok = ok && below;
-    table.rows.push_back({outputs[i].first, dtype_name(outputs[i].second->dtype), scientific(error, 2),
+    table.rows.push_back({outputs[i].first, dtype_name(outputs[i].second->dtype), scientific(error, 3),
                           scientific(levels[i], 2), below ? "ok" : "ABOVE LEVEL"});
   }
   out << table.str() << (ok ? "verify: ok" : "verify: FAILED (error above the expected level)") << std::endl;
