@@ -1,6 +1,7 @@
 // linattn backward FORWARD_OUTPUT.h5... --grad GRAD.h5... -o OUTDIR: the batch backward.
 #include "app/backward_batch.hpp"
 #include "app/command.hpp"
+#include "app/memory_size_option.hpp"
 #include "pipeline/memory_budget.hpp"
 
 #include <sys/resource.h>
@@ -54,16 +55,7 @@ Command add_backward_command(CLI::App& parent) {
   cmd->add_option("--memory-budget", o->memory_budget,
                   "Memory for a case's working set, e.g. 512M or 8G (default: a quarter of physical memory); a case "
                   "larger than it runs in windows of whole chunks, from the last to the first, with the same results")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            try {
-              pipeline::parse_memory_size(s);
-              return "";
-            } catch (const std::exception& e) {
-              return e.what();
-            }
-          },
-          "SIZE"));
+      ->check(memory_size_validator());
 
   return {cmd, [o] {
             if (o->variant != "fused")

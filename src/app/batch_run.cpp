@@ -472,6 +472,27 @@ std::vector<int> run_shared_batch(const RunOptions& opt, Batch& batch, ProgressR
 
 }  // namespace
 
+std::vector<CaseResult> list_case_results(const std::vector<std::string>& inputs,
+                                          const std::function<std::vector<std::string>(const std::string&)>& list) {
+  std::vector<CaseResult> results;
+  for (const std::string& input : inputs) {
+    try {
+      for (const std::string& group : list(input)) {
+        CaseResult r;
+        r.input = input;
+        r.group = group;
+        results.push_back(r);
+      }
+    } catch (const std::exception& e) {
+      CaseResult r;
+      r.input = input;
+      r.error = printable(e.what());
+      results.push_back(r);
+    }
+  }
+  return results;
+}
+
 std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progress, std::ostream& errors,
                                   BatchStats* stats) {
   const Clock::time_point run_started = Clock::now();
@@ -518,21 +539,7 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
   // "[i/N]"; an input that cannot be listed is one failed case. Under MPI,
   // rank 0 lists them for every rank.
   if (parallel::rank() == 0) {
-    for (const std::string& input : opt.inputs) {
-      try {
-        for (const std::string& group : batch->list(input)) {
-          CaseResult r;
-          r.input = input;
-          r.group = group;
-          results.push_back(r);
-        }
-      } catch (const std::exception& e) {
-        CaseResult r;
-        r.input = input;
-        r.error = printable(e.what());
-        results.push_back(r);
-      }
-    }
+    results = list_case_results(opt.inputs, [&](const std::string& input) { return batch->list(input); });
   }
 
   std::vector<int> owner_of;  // the rank that runs each case (ranks > 1)

@@ -13,6 +13,7 @@
 #include "pipeline/window_plan.hpp"
 
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <optional>
 #include <set>
@@ -61,6 +62,11 @@ struct CaseResult {
 // OUTDIR/STEM.GROUP.h5 for input STEM.h5 (groups nested with '/' become
 // dots); OUTDIR/STEM.h5 for a case at the root.
 std::string output_path(const std::string& outdir, const std::string& input, const std::string& group);
+
+// Every case of the inputs, in order, as `list` names them (its groups); an
+// input it cannot list is one failed case holding the reason.
+std::vector<CaseResult> list_case_results(const std::vector<std::string>& inputs,
+                                          const std::function<std::vector<std::string>(const std::string&)>& list);
 
 // Creates OUTDIR when missing and proves it writable with a probe file.
 // Returns the one-line reason when it is not usable, "" when it is.

@@ -280,21 +280,7 @@ std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream
   // Rank 0 lists the cases (in this process: no reader process here) and checks their outputs.
   std::vector<CaseResult> results;
   if (root) {
-    for (const std::string& input : opt.inputs) {
-      try {
-        for (const std::string& group : list_cases(input)) {
-          CaseResult r;
-          r.input = input;
-          r.group = group;
-          results.push_back(r);
-        }
-      } catch (const std::exception& e) {
-        CaseResult r;
-        r.input = input;
-        r.error = printable(e.what());
-        results.push_back(r);
-      }
-    }
+    results = list_case_results(opt.inputs, list_cases);
     const std::string outdir_problem = prepare_outdir(opt.outdir);
     std::set<std::string> outputs;
     for (CaseResult& r : results) {

@@ -1,6 +1,7 @@
 // linattn run INPUT.h5... -o OUTDIR: the batch forward.
 #include "app/batch_run.hpp"
 #include "app/command.hpp"
+#include "app/memory_size_option.hpp"
 #include "app/context_parallel_run.hpp"
 #include "app/report.hpp"
 #include "kernels/path_choice.hpp"
@@ -78,16 +79,7 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--memory-budget", o->memory_budget,
                   "Host memory for the run's buffers, e.g. 512M or 8G (default: a quarter of physical memory); "
                   "a case larger than it streams through in windows, with the same results")
-      ->check(CLI::Validator(
-          [](std::string& s) -> std::string {
-            try {
-              pipeline::parse_memory_size(s);
-              return "";
-            } catch (const std::exception& e) {
-              return e.what();
-            }
-          },
-          "SIZE"));
+      ->check(memory_size_validator());
   cmd->add_option("--case-timeout", o->case_timeout,
                   "Seconds the reader may spend on one case (or on listing one file) before it is killed and the "
                   "case fails; a hang inside a corrupt file costs only its own case")

@@ -50,20 +50,7 @@ std::vector<Window> plan_plain(const Problem& p, const BackwardUnits& u, std::in
   // cost grows linearly in whole chunks: the most that fit, by division.
   const std::int64_t per_chunk = p.B * (p.chunk * u.token + u.chunk);
   const std::int64_t chunks = std::clamp<std::int64_t>((budget - p.B * u.sequence) / per_chunk, 1, NT);
-  std::vector<Window> windows;
-  for (std::int64_t c0 = 0; c0 < NT; c0 += chunks) {
-    Window w;
-    w.t0 = c0 * p.chunk;
-    w.t1 = std::min(p.T, (c0 + chunks) * p.chunk);
-    w.seq_begin = 0;
-    w.seq_end = p.B;
-    w.continues = w.t0 > 0;
-    w.carries = w.t1 < p.T;
-    w.chunk0 = c0;
-    w.chunks = std::min(chunks, NT - c0);
-    windows.push_back(w);
-  }
-  return windows;
+  return plain_windows(p, chunks);
 }
 
 std::vector<Window> plan_packed(const Problem& p, const BackwardUnits& u, std::int64_t budget) {

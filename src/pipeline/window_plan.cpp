@@ -80,6 +80,13 @@ std::vector<Window> plan_plain(const Problem& p, const CaseStorage& s, const Win
     else hi = mid - 1;
   }
   const std::int64_t chunks = std::min(NT, lo * step);
+  return plain_windows(p, chunks);
+}
+
+}  // namespace
+
+std::vector<Window> plain_windows(const Problem& p, std::int64_t chunks) {
+  const std::int64_t NT = p.num_chunks();
   std::vector<Window> windows;
   for (std::int64_t c0 = 0; c0 < NT; c0 += chunks) {
     Window w;
@@ -95,6 +102,8 @@ std::vector<Window> plan_plain(const Problem& p, const CaseStorage& s, const Win
   }
   return windows;
 }
+
+namespace {
 
 std::vector<Window> plan_packed(const Problem& p, const CaseStorage& s, const WindowLimits& l) {
   const UnitBytes u = unit_bytes(p, s);

@@ -44,6 +44,10 @@ struct Window {
   std::int64_t finished_end() const { return seq_end - (carries ? 1 : 0); }
 };
 
+// A plain batch (B rows of T tokens) cut along T into windows of `chunks`
+// chunks (the last may be shorter), for all B rows at once.
+std::vector<Window> plain_windows(const Problem& p, std::int64_t chunks);
+
 // The bytes a window moves: host input slot (q, k, v and initial rows read
 // from the file), host output slot (o, h, final rows written to the file),
 // and what the device needs beside them (states, key sums, unnormalized o).
