@@ -82,6 +82,35 @@ for step in $steps; do
         "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/budget64" --no-fsync --memory-budget 64M 2>&1 | grep -E "peak RSS"
       } 2>&1 | tee "$LOGS/budget.txt"
       rm -rf "$d" ;;
+    mpi-batch|mpi-cp)  # issue 16 on the 2-GPU kind; MPI_DIR holds ../shared/tools/bundle-mpi's runtime (an MPI build of linattn)
+      m=$PWD/${MPI_DIR:-.mpi}
+      export OPAL_PREFIX=$m PATH=$m/bin:$PATH PMIX_MCA_pcompress_base_silence_warning=1 \
+        LD_LIBRARY_PATH=$m/deps:$m/lib/x86_64-linux-gnu/openmpi/lib:$LD_LIBRARY_PATH
+      mpi=(mpirun --allow-run-as-root -np 2)
+      d=${MPI_WORK:-/dev/shm/linattn-mpi}; rm -rf "$d"; mkdir -p "$d"
+      wall() { local t0; t0=$(date +%s.%N); "$@" > "$d/last.txt" 2>&1; local rc=$?; tail -3 "$d/last.txt";
+               echo "wall $(python3 -c "print(round($(date +%s.%N) - $t0, 3))") s (rc $rc)"; }
+      if [[ $step == mpi-batch ]]; then
+        {
+          "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape "${MPI_SHAPE:-8,8192,16,128,128}" --dtype bf16 --seed 5 --cases 8 > /dev/null
+          echo "== 1 rank, outputs in RAM, --no-fsync"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
+          echo "== 2 ranks, outputs in RAM, --no-fsync"; wall "${mpi[@]}" "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/two" --no-fsync
+          "$GPU_DIR/linattn" verify "$d/two/in.case7.h5" | tail -1  # bitwise equality to one rank: tests/mpi_runs.py in CI
+          rm -rf "$d/one" "$d/two"
+          disk=${MPI_DISK:-/tmp/linattn-mpi-disk}; rm -rf "$disk"
+          echo "== 1 rank, outputs on disk, fsync"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$disk/one"
+          echo "== 2 ranks, outputs on disk, fsync"; wall "${mpi[@]}" "$GPU_DIR/linattn" run "$d/in.h5" -o "$disk/two"
+          rm -rf "$disk"
+        } 2>&1 | tee "$LOGS/mpi-batch.txt"
+      else
+        {
+          "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape "${MPI_CP_SHAPE:-1,1048576,16,128,128}" --dtype bf16 --seed 6 > /dev/null
+          echo "== 1 rank"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
+          echo "== 2 ranks, --context-parallel"; wall "${mpi[@]}" "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/two" --no-fsync
+          "$GPU_DIR/linattn" verify "$d/two/"*.h5 | tail -6
+        } 2>&1 | tee "$LOGS/mpi-cp.txt"
+      fi
+      rm -rf "$d" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done
