@@ -30,6 +30,10 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const I
   fw.h = h;
   ForwardConfig cfg;
   cfg.snapshots = SnapshotMode::accumulation;
+  // Never split sequences (the tensor-core kernel would choose segments per call, summing the
+  // state in another order): a window of the streamed backward then recomputes the whole case's
+  // bits, as `run`'s windows do (pipeline/compute_stage.hpp).
+  cfg.segments = 1;
   run_variant(p, cfg, fw);
   return h;
 }

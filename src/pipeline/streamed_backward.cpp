@@ -82,6 +82,7 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     Tensor carry;
     ForwardConfig forward;
     forward.snapshots = SnapshotMode::none;
+    forward.segments = 1;  // never split: the windows' states are then the whole case's bits (kernels/backward.cpp)
     for (std::size_t i = 0; i < windows.size(); ++i) {
       const Window& w = windows[i];
       const Edges e = edges(whole, w);
