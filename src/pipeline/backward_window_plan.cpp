@@ -22,6 +22,9 @@ BackwardUnits units(const Problem& p, const BackwardStorage& s) {
   if (s.recompute_h) u.token += p.H * p.DV * acc;  // the recomputing forward's o
   // h: read and uploaded, or recomputed in the kernels' buffers.
   u.chunk = s.recompute_h ? state * acc : 2 * state * static_cast<std::int64_t>(dtype_size(s.snapshot));
+  // The tensor-core backward's scratch dh (the state gradient after each chunk, in the input
+  // type: kernels/cuda/tensor_core_backward.hpp), counted on every path.
+  u.chunk += state * in;
   // dht (read, converted, uploaded) and dh0 (computed, downloaded); with
   // recompute_h the start states likewise and the forward's final states.
   u.sequence = (s.recompute_h ? 9 : 5) * state * acc;
