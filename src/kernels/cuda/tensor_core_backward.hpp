@@ -18,15 +18,15 @@
 // block holding all of dS (64 KB of fp32 at 128 x 128) leaves one block per SM
 // walking 256 chunks in series. The chunk pass instead has B * NT * H
 // independent blocks; dh costs one more write and read of the size of h. P and
-// A are rounded once to 16 bits, as dh is: the operands of fla's backward
-// (bench/compare_fla.py measures both against fp64 on the same inputs).
+// A are rounded once to 16 bits, as dh and h are, as fla's backward rounds them
+// (docs/NUMERICS.md, tensor_core_backward_level; BENCHMARKS.md has both sides'
+// errors on the very same inputs).
 #pragma once
 
 #include "kernels/cuda/fused_tensor_core.hpp"
 
 #include <algorithm>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 namespace linattn::cuda {
