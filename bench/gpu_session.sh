@@ -62,6 +62,9 @@ for step in $steps; do
       python3 bench/e2e_compare.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
         --dtype fp16 --cases 4 --sync --warmup "${E2E_SYNC_WARMUP:-1}" --outdir "${E2E_DISK:-/tmp/linattn-e2e-disk}" --json "$LOGS/e2e-sync.json" 2>&1 |
         tee "$LOGS/e2e-sync.txt" ;;
+    e2e-backward)  # linattn backward file to file beside the h5py + torch + fla backward script (outputs in RAM)
+      python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
+        --cases 4 --json "$LOGS/e2e-backward.json" 2>&1 | tee "$LOGS/e2e-backward.txt" ;;
     budget)  # a case 4x larger than --memory-budget: same bits as an unbudgeted run, peak RSS within the budget
       d=${BUDGET_DIR:-/dev/shm/linattn-budget}; rm -rf "$d"; mkdir -p "$d"
       "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 8,8192,16,128,128 --dtype fp16 --seed 3 --cases 1 > /dev/null
