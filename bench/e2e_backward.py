@@ -9,8 +9,8 @@ all under --workdir (default /dev/shm/linattn-e2e-backward), read once before ti
 Jobs, each one subprocess timed with time.perf_counter around it:
   linattn   `linattn backward FWD... --grad GRAD (once per output) -o DIR --force --no-fsync`
   script    h5py reads q, k, v (input) and do, dht (gradient file) of each case, torch moves
-            them to the GPU, fla's chunk_simple_gla_bwd(g=None) (it recomputes h) gives dq,
-            dk, dv, dh0, which come back to the host and h5py writes to DIR/<stem>.<case>.grad.h5
+            them to the GPU, fla's chunk_simple_gla_bwd(g=None) (it recomputes h; given a zero
+            initial state so that it returns dh0) gives dq, dk, dv, dh0, which come back to the host and h5py writes to DIR/<stem>.<case>.grad.h5
             (no compression, no chunking). It reports its phases; "own work" is its wall time
             less the import of fla (paid once per process).
 Peak RSS: linattn's own 'peak RSS' line; the script's RUSAGE_SELF maxrss.
@@ -55,8 +55,11 @@ def script(inp, grad, outdir, scale):
             dht = timed("read", lambda: torch.from_numpy(g[case]["dht"][...]))
             q, k, v, do, dht = timed("upload", lambda: [x.cuda() for x in (q, k, v, do, dht)])
 
+            # A zero initial state, so that fla computes dh0 too (it returns None without one), as linattn writes it.
+            h0 = timed("upload", lambda: torch.zeros(dht.shape, dtype=torch.float32, device="cuda"))
+
             def compute():
-                dq, dk, dv, _, dh0 = chunk_simple_gla_bwd(q, k, v, None, None, None, do, dht, scale, chunk_size=64)
+                dq, dk, dv, _, dh0 = chunk_simple_gla_bwd(q, k, v, None, None, h0, do, dht, scale, chunk_size=64)
                 torch.cuda.synchronize()
                 return dq, dk, dv, dh0
             dq, dk, dv, dh0 = timed("gpu", compute)
