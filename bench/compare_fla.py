@@ -109,32 +109,11 @@ def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
             "h_dtype": str(h.dtype)}
 
 
-def fp64_reference_grads(q, k, v, do, scale, C=64):
-    """dq, dk, dv of the (b=0, h=0) slice in fp64 by the chunked form (no initial state, dht = 0):
-    S_c the state before chunk c, G_c the state gradient after it, P = scale tril(dO V^T),
-    A = scale tril(Q K^T): dQ = scale dO S^T + P K, dK = P^T Q + V G^T, dV = A^T dO + K G."""
-    import torch
-    q0, k0, v0, o0 = (x[0, :, 0].double() for x in (q, k, v, do))
-    T = q0.shape[0]
-    n = (T + C - 1) // C
-    qc, kc, vc, oc = (torch.nn.functional.pad(x, (0, 0, 0, n * C - T)).reshape(n, C, -1) for x in (q0, k0, v0, o0))
-    kv = kc.transpose(1, 2) @ vc
-    S = torch.cumsum(kv, 0) - kv
-    qd = scale * (qc.transpose(1, 2) @ oc)
-    G = torch.flip(torch.cumsum(torch.flip(qd, [0]), 0), [0]) - qd
-    mask = torch.tril(torch.ones(C, C, dtype=torch.float64, device=q0.device))
-    P = scale * (oc @ vc.transpose(1, 2)) * mask
-    A = scale * (qc @ kc.transpose(1, 2)) * mask
-    dq = scale * (oc @ S.transpose(1, 2)) + P @ kc
-    dk = P.transpose(1, 2) @ qc + vc @ G.transpose(1, 2)
-    dv = A.transpose(1, 2) @ oc + kc @ G
-    return tuple(x.reshape(n * C, -1)[:T] for x in (dq, dk, dv))
-
-
 def time_fla_backward(shape, reps_ms, dtype):
     """fla's backward of chunk_linear_attn (chunk_simple_gla_bwd with no gate: it recomputes h,
     then dh, dq/dk, dv), inputs and do uniform in [-1, 1], scale DK^-0.5; with the relative L2
     of dq, dk, dv on the (0, 0) slice against fp64."""
+    import numpy as np
     import torch
     import triton
     from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
@@ -151,8 +130,12 @@ def time_fla_backward(shape, reps_ms, dtype):
 
     dq, dk, dv = backward()[:3]
     torch.cuda.synchronize()
-    ref = fp64_reference_grads(q, k, v, do, scale)
-    errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0], r) for n, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)}
+    # The (b=0, h=0) slice by same_inputs_accuracy.py's fp64 chunked backward (no dht).
+    from same_inputs_accuracy import reference_grads
+    row = lambda x: x[:1, :, :1].double().cpu().numpy()
+    ref = [torch.from_numpy(r[0, :, 0]) for r in
+           reference_grads(row(q), row(k), row(v), row(do), np.zeros((1, 1, DK, DV)), scale)]
+    errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)}
     ms = triton.testing.do_bench(backward, warmup=25, rep=reps_ms, return_mode="median")
     return {"fla_backward_ms": ms, **errs}
 

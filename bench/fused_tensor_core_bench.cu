@@ -17,6 +17,8 @@
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "wgmma/fused_wgmma.hpp"
 
+#include "cuda_bench_support.hpp"
+
 #include <algorithm>
 #include <random>
 #include <cmath>
@@ -24,26 +26,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
-
-__global__ void fill_uniform(__nv_bfloat16* x, std::size_t n, std::uint64_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-    std::uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;  // splitmix64
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    float u = float(z >> 40) / float(1 << 24) * 2.0f - 1.0f;
-    x[i] = __float2bfloat16_rn(u == 0.0f ? 0.5f : u);
-  }
-}
 
 static std::vector<float> to_host(const __nv_bfloat16* d, std::size_t n) {
   std::vector<__nv_bfloat16> h(n);

@@ -13,6 +13,8 @@
 // TC_BIGSMEM=1 runs the chunk kernel with separate h/dh and P/A tiles.
 #include "kernels/cuda/tensor_core_backward.hpp"
 
+#include "cuda_bench_support.hpp"
+
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -20,27 +22,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#define CHECK(x)                                                                             \
-  do {                                                                                       \
-    cudaError_t e = (x);                                                                     \
-    if (e != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                          \
-    }                                                                                        \
-  } while (0)
-
-template <class E>
-__global__ void fill_uniform(E* x, std::size_t n, std::uint64_t seed) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x) {
-    std::uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;  // splitmix64
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    z ^= z >> 31;
-    const float u = float(z >> 40) / float(1 << 24) * 2.0f - 1.0f;
-    x[i] = E(u == 0.0f ? 0.5f : u);
-  }
-}
 
 template <class E>
 static std::vector<double> to_host(const E* d, std::size_t n) {

@@ -39,11 +39,8 @@ void run_tensor_core_backward(const Problem& p, const Views& views) {
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
     args.scale = static_cast<float>(p.scale);
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cuda::run_tensor_core_backward<E, S>(args, static_cast<int>(p.B), p.T, p.varlen() ? &p.cu_seqlens : nullptr, sms,
-                                         ExecSpace().cuda_stream());
+    cuda::run_tensor_core_backward<E, S>(args, static_cast<int>(p.B), p.T, p.varlen() ? &p.cu_seqlens : nullptr,
+                                         current_device_sms(), ExecSpace().cuda_stream());
     return;
   }
 #endif

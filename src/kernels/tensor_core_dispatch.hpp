@@ -31,6 +31,16 @@ struct cuda_element<fp16_t> {
 };
 #endif
 
+#if defined(KOKKOS_ENABLE_CUDA)
+// The SMs of the current device: the tensor-core launchers size their grids by it.
+inline int current_device_sms() {
+  int device = 0, sms = 0;
+  cudaGetDevice(&device);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  return sms;
+}
+#endif
+
 struct TensorCoreLaunch {
   std::int64_t block_dv = 0;
   int segments = 1;  // per sequence
@@ -72,11 +82,9 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
       args.initial_z = normalize->initial_z;
       args.z_state = normalize->z_state;
     }
-    int device = 0, sms = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     const cuda::FusedTensorCorePlan plan =
-        cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, sms, ExecSpace().cuda_stream(),
+        cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, current_device_sms(),
+                                             ExecSpace().cuda_stream(),
                                              p.varlen() ? &p.cu_seqlens : nullptr);
     return {plan.block_dv, plan.segments};
   }
