@@ -1,5 +1,6 @@
 #include "app/backward_batch.hpp"
 
+#include "app/output_names.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
@@ -38,26 +39,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string counter(std::size_t index, std::size_t total) {
-  return "[" + std::to_string(index) + "/" + std::to_string(total) + "]";
-}
-
 std::string describe_sequences(const std::vector<std::int64_t>& cu_seqlens) {
   return cu_seqlens.empty() ? "none" : std::to_string(cu_seqlens.size() - 1) + " sequences";
-}
-
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
 }
 
 // The output name of a case, refused when it clashes with another case's,
 // is one of the case's own inputs, or exists (unless --force).
 void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, BackwardCaseResult& r) {
   r.output = grad_output_path(opt.outdir, r.forward);
-  std::error_code ec;
-  const fs::path canonical = fs::weakly_canonical(r.output, ec);
-  if (!outputs.insert(ec ? r.output : canonical.string()).second)
+  if (!claim_output(outputs, r.output))
     throw FileError(r.output, "already written by an earlier case of this batch (two forward outputs with one name?)");
   if (same_file(r.output, r.forward) || same_file(r.output, r.grad))
     throw FileError(r.output, "is an input of this case itself; choose another -o");
@@ -116,19 +106,6 @@ void check_forward_matches(const std::string& forward, const ForwardOutputParts&
   check_shape("final_state", fw.final_state_shape, p.state_shape());
   if (!fw.h_shape.empty()) check_shape("h", fw.h_shape, p.h_shape());
 }
-
-// Removes a .partial file on SIGINT/SIGTERM while it is registered
-// (signal_cleanup.hpp), as run's writer does.
-class PartialRegistration {
- public:
-  explicit PartialRegistration(const std::string& path) : token_(pipeline::register_partial(path)) {}
-  ~PartialRegistration() { pipeline::unregister_partial(token_); }
-  PartialRegistration(const PartialRegistration&) = delete;
-  PartialRegistration& operator=(const PartialRegistration&) = delete;
-
- private:
-  int token_;
-};
 
 // The bytes a window reads from q, k, v, do and writes to dq, dk, dv (the progress' GB/s).
 std::int64_t window_traffic(const Problem& p, const BackwardStorage& s, const Window& w) {
@@ -236,10 +213,10 @@ GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const 
 // OUT.partial, created so that SIGINT/SIGTERM remove it (signal_cleanup.hpp),
 // as run's writer creates its outputs.
 std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Problem& p, const BackwardStorage& s,
-                                              std::unique_ptr<PartialRegistration>& registration) {
+                                              std::unique_ptr<pipeline::PartialRegistration>& registration) {
   if (!pipeline::creation_begins()) throw std::runtime_error("interrupted");
   try {
-    registration = std::make_unique<PartialRegistration>(path + ".partial");
+    registration = std::make_unique<pipeline::PartialRegistration>(path + ".partial");
     auto out = std::make_unique<GradOutputStream>(path, p, s.output, s.accumulation);
     pipeline::creation_ends();
     return out;
@@ -285,7 +262,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   src.accumulation = storage.accumulation;
   src.allow_nonfinite = opt.allow_nonfinite;
   const BackwardReader reader(src, p);
-  std::unique_ptr<PartialRegistration> registration;
+  std::unique_ptr<pipeline::PartialRegistration> registration;
   const std::unique_ptr<GradOutputStream> out = open_output(r.output, p, storage, registration);
 
   const std::int64_t rows = p.varlen() ? 1 : p.B;
@@ -309,7 +286,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
 }
 
 std::string progress_line(std::size_t index, std::size_t total, const BackwardCaseResult& r) {
-  return counter(index, total) + " " + printable(r.forward) + "  " + shape_summary(*r.problem) + " " +
+  return case_counter(index, total) + " " + printable(r.forward) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
          "  backward/" + r.gemm + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
          fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
@@ -351,7 +328,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
-        run_case(opt, reporter, counter(i + 1, results.size()) + " " + printable(r.forward), r);
+        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r);
         reporter.line(progress_line(i + 1, results.size(), r));
         continue;
       } catch (const FileError& e) {
@@ -362,7 +339,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
       }
     }
     r.ok = false;
-    reporter.line(counter(i + 1, results.size()) + " " + printable(r.forward) + "  FAILED: " + printable(r.error),
+    reporter.line(case_counter(i + 1, results.size()) + " " + printable(r.forward) + "  FAILED: " + printable(r.error),
                   true);
   }
   return results;

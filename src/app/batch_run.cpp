@@ -1,5 +1,7 @@
 #include "app/batch_run.hpp"
 
+#include "app/output_names.hpp"
+
 #include "pipeline/progress_reporter.hpp"
 #include "app/case_result_message.hpp"
 #include "app/report.hpp"
@@ -59,10 +61,6 @@ std::string prepare_outdir(const std::string& outdir) {
 
 namespace {
 
-bool same_file(const std::string& a, const std::string& b) {
-  std::error_code ec;
-  return fs::exists(a, ec) && fs::exists(b, ec) && fs::equivalent(a, b, ec);
-}
 
 // A problem of a whole case, named as the file and its group.
 FileError case_error(const CaseResult& r, const std::string& what) {
@@ -254,7 +252,7 @@ class Batch {
       layouts.push_back(window_layout(p, s, w));
       total_bytes += layouts.back().input_bytes + layouts.back().output_bytes;
     }
-    progress_.start_case("[" + std::to_string(index) + "/" + std::to_string(total) + "] " + printable(r.label()),
+    progress_.start_case(case_counter(index, total) + " " + printable(r.label()),
                          p.T * (p.varlen() ? 1 : p.B), total_bytes);
     WindowTimes times;
     std::size_t next_read = 0;
@@ -373,9 +371,7 @@ class Batch {
 
 void check_output(const RunOptions& opt, std::set<std::string>& outputs, CaseResult& r) {
   r.output = output_path(opt.outdir, r.input, r.group);
-  std::error_code ec;
-  const fs::path canonical = fs::weakly_canonical(r.output, ec);
-  if (!outputs.insert(ec ? r.output : canonical.string()).second)
+  if (!claim_output(outputs, r.output))
     throw FileError(r.output, "already written by an earlier case of this batch (two inputs with one name?)");
   if (same_file(r.output, r.input)) throw FileError(r.output, "is the input file itself; choose another -o");
   if (!opt.force && !opt.skip_existing && fs::exists(r.output))

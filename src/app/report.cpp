@@ -6,13 +6,10 @@
 #include <ostream>
 
 namespace linattn {
-namespace {
 
-std::string counter(std::size_t index, std::size_t total) {
+std::string case_counter(std::size_t index, std::size_t total) {
   return "[" + std::to_string(index) + "/" + std::to_string(total) + "]";
 }
-
-}  // namespace
 
 std::string shape_summary(const Problem& p) {
   return "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) +
@@ -20,18 +17,18 @@ std::string shape_summary(const Problem& p) {
 }
 
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
-  return counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
+  return case_counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
          std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") + "  -> " + printable(r.output);
 }
 
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r) {
-  return counter(index, total) + " " + printable(r.label()) + "  FAILED: " + printable(r.error);
+  return case_counter(index, total) + " " + printable(r.label()) + "  FAILED: " + printable(r.error);
 }
 
 std::string skipped_line(std::size_t index, std::size_t total, const CaseResult& r) {
-  return counter(index, total) + " " + printable(r.label()) + "  skipped: " + printable(r.output) +
+  return case_counter(index, total) + " " + printable(r.label()) + "  skipped: " + printable(r.output) +
          " exists (--skip-existing)";
 }
 

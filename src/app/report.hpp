@@ -9,6 +9,9 @@
 
 namespace linattn {
 
+// "[2/3]": the case's place in the batch, as progress lines start.
+std::string case_counter(std::size_t index, std::size_t total);
+
 // "B=1 T=300 H=2 DK=32 DV=32"
 std::string shape_summary(const Problem& p);
 

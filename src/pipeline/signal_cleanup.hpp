@@ -20,6 +20,18 @@ void install_signal_cleanup();
 int register_partial(const std::string& path);
 void unregister_partial(int token);
 
+// register_partial for the life of a scope.
+class PartialRegistration {
+ public:
+  explicit PartialRegistration(const std::string& path) : token_(register_partial(path)) {}
+  ~PartialRegistration() { unregister_partial(token_); }
+  PartialRegistration(const PartialRegistration&) = delete;
+  PartialRegistration& operator=(const PartialRegistration&) = delete;
+
+ private:
+  int token_;
+};
+
 // Brackets the creation of a registered file: a signal that arrives between
 // the two waits (a bounded while) for the file to exist before removing it,
 // and creation_begins() returns false once a signal is being handled (the
