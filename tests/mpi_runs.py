@@ -7,7 +7,9 @@
    exits with 1, and rank 0's summary still lists every case.
 3. --context-parallel on 2 ranks writes, into one parallel-HDF5 file per case,
    the same bits as one rank: plain and packed, with initial states, with
-   --normalize and initial key sums. On 3 ranks, a segment whose start state
+   --normalize and initial key sums; by default rank 0 takes more chunks (the
+   others also run the state pass), evenly with --normalize. On 3 ranks
+   (--carry-cost 0: an even split), a segment whose start state
    is one carry (the segment before it started its sequence) is still bitwise,
    and one whose start adds two carries matches to the fp32 accumulation
    order; a case of one chunk (empty segments on the other ranks) is bitwise;
@@ -161,15 +163,41 @@ tiny = generate("cp_tiny.h5", "--shape", "2,50,2,16,16", "--dtype", "bf16", "--i
 sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed]}
 flags = {"cp": [], "cpnorm": ["--normalize"]}
 cases = {"cp": 5, "cpnorm": 2}
+
+
+def rank_chunks(stdout, case):
+    """Each rank's chunks of `case`, from its progress line ("chunks 9+7 by rank")."""
+    line = next(l for l in stdout.splitlines() if case in l and "chunks " in l)
+    return [int(x) for x in line.split("chunks ")[1].split()[0].split("+")]
+
+
+# Default split: each rank but the first runs the state pass over the segment before its own, so
+# rank 0 takes more chunks (docs/PARALLEL.md "Cost"); 3 ranks with --carry-cost 0 split evenly, the
+# cuts the bitwise checks below name. Normalized runs have no state kernel (the pass is the
+# forward itself): the split is even.
+runs = {("cp", 2): [], ("cp", 3): ["--carry-cost", "0"], ("cp", "3b"): [],
+        ("cpnorm", 2): [], ("cpnorm", 3): ["--carry-cost", "0"]}
+results = {}
 for name, inputs in sets.items():
     run(["run", *inputs, "-o", out(f"{name}1"), "--no-fsync", *flags[name]])
-    for ranks in (2, 3):
-        result = run(["run", "--context-parallel", *inputs, "-o", out(f"{name}{ranks}"), "--no-fsync",
-                      *flags[name]], ranks=ranks)
-        check(result.stdout.count(f"cases: {cases[name]} ok, 0 failed") == 1, f"{name} on {ranks} ranks: one summary")
-        for f in outputs(out(f"{name}{ranks}")):
-            run(["verify", os.path.join(out(f"{name}{ranks}"), f)])  # exit 1 above the accuracy level
-            check(True, f"{name} on {ranks} ranks: linattn verify accepts {f}")
+for (name, tag), extra in runs.items():
+    ranks = int(str(tag)[0])
+    result = run(["run", "--context-parallel", *sets[name], "-o", out(f"{name}{tag}"), "--no-fsync",
+                  *flags[name], *extra], ranks=ranks)
+    results[(name, tag)] = result.stdout
+    check(result.stdout.count(f"cases: {cases[name]} ok, 0 failed") == 1, f"{name} on {ranks} ranks: one summary")
+    for f in outputs(out(f"{name}{tag}")):
+        run(["verify", os.path.join(out(f"{name}{tag}"), f)])  # exit 1 above the accuracy level
+        check(True, f"{name} on {ranks} ranks {' '.join(extra)}: linattn verify accepts {f}")
+chunks = rank_chunks(results[("cp", 2)], "cp_plain.h5:case0")
+check(len(chunks) == 2 and sum(chunks) == 16 and chunks[0] > chunks[1],
+      f"2 ranks, default split: rank 0 takes more of the 16 chunks ({chunks})")
+chunks = rank_chunks(results[("cp", "3b")], "cp_plain.h5:case0")
+check(len(chunks) == 3 and sum(chunks) == 16 and chunks[0] > chunks[1] and chunks[0] > chunks[2],
+      f"3 ranks, default split: rank 0 takes the most ({chunks})")
+check(rank_chunks(results[("cp", 3)], "cp_plain.h5:case0") == [5, 5, 6], "3 ranks, --carry-cost 0: even split")
+check(rank_chunks(results[("cpnorm", 2)], "cp_norm.h5:case0") == [8, 8],
+      "normalized (the state pass is the forward): even split")
 compare_folders(out("cp1"), out("cp2"), "context parallel on 2 ranks")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
 

@@ -161,6 +161,69 @@ TEST(SegmentPlan, ALongSequenceAcrossSeveralSegments) {
   EXPECT_FALSE(carried_piece(p, s[1]).from_start);
 }
 
+TEST(SegmentPlan, SharesBalanceTheStatePass) {
+  // Rank r's work is its share plus the state pass over rank r - 1's: all equal.
+  for (int ranks : {2, 3, 5})
+    for (double cost : {0.1, 0.25, 0.6}) {
+      const std::vector<double> g = parallel::segment_shares(ranks, cost);
+      ASSERT_EQ(g.size(), static_cast<std::size_t>(ranks));
+      EXPECT_NEAR(std::accumulate(g.begin(), g.end(), 0.0), 1.0, 1e-12);
+      for (int r = 1; r < ranks; ++r) EXPECT_NEAR(g[r] + cost * g[r - 1], g[0], 1e-12) << ranks << " ranks, cost " << cost;
+    }
+  EXPECT_NEAR(parallel::segment_shares(2, 1.0 / 3.0)[0], 0.6, 1e-12);  // 1 / (2 - cost)
+  for (double cost : {0.0, 1.0, 2.0})  // free, or no cheaper than the forward: even
+    EXPECT_EQ(parallel::segment_shares(3, cost), std::vector<double>(3, 1.0 / 3.0));
+  EXPECT_THROW(parallel::segment_shares(2, -0.5), std::invalid_argument);
+}
+
+TEST(SegmentPlan, UnevenSplitFollowsTheShares) {
+  const Problem p = plain(1, 100 * 64);  // 100 chunks
+  const std::vector<Window> two = plan_segments(p, 2, 1.0 / 3.0);  // 60, 40
+  expect_tiling(p, two);
+  EXPECT_EQ(two[0].chunks, 60);
+  EXPECT_EQ(two[1].chunks, 40);
+  const std::vector<Window> three = plan_segments(p, 3, 0.5);  // shares 1, 0.5, 0.75 of 2.25: cuts 44.4, 66.7
+  expect_tiling(p, three);
+  EXPECT_EQ(three[0].chunks, 44);
+  EXPECT_EQ(three[1].chunks, 23);
+  EXPECT_EQ(three[2].chunks, 33);
+  const Problem q = packed({10, 1000, 20});  // chunks 1, 16, 1
+  expect_tiling(q, plan_segments(q, 3, 0.25));
+  expect_tiling(plain(1, 10), plan_segments(plain(1, 10), 4, 0.25));  // one chunk: three empty segments
+}
+
+TEST(SegmentPlan, CarryRoutesFollowTheChains) {
+  // Sequence 1 spans all four segments: rank r computes segment r - 1's piece,
+  // and adds it to segment r - 1's start, received from rank r - 1.
+  const Problem p = packed({10, 1000, 20});
+  const std::vector<Window> s = plan_segments(p, 4);
+  const parallel::CarryRoute r0 = parallel::carry_route(p, s, 0), r1 = parallel::carry_route(p, s, 1);
+  const parallel::CarryRoute r2 = parallel::carry_route(p, s, 2), r3 = parallel::carry_route(p, s, 3);
+  EXPECT_EQ(r0.carry_of, -1);
+  EXPECT_EQ(r0.start_to, -1);  // rank 1 needs only segment 0's piece, which it computes itself
+  EXPECT_EQ(r1.carry_of, 0);
+  EXPECT_EQ(r1.start_from, -1);
+  EXPECT_EQ(r1.start_to, 2);
+  EXPECT_EQ(r2.carry_of, 1);
+  EXPECT_EQ(r2.start_from, 1);
+  EXPECT_EQ(r2.start_to, 3);
+  EXPECT_EQ(r3.carry_of, 2);
+  EXPECT_EQ(r3.start_from, 2);
+  EXPECT_EQ(r3.start_to, -1);
+  // An empty segment is passed over: rank 2 computes segment 1's piece.
+  const Problem tiny = plain(1, 100);  // 0, 1, 1 chunks
+  const std::vector<Window> e = plan_segments(tiny, 3);
+  EXPECT_EQ(parallel::carry_route(tiny, e, 0).carry_of, -1);
+  EXPECT_EQ(parallel::carry_route(tiny, e, 2).carry_of, 1);
+  EXPECT_EQ(parallel::carry_route(tiny, e, 2).start_from, -1);
+  // Packed, cut where a sequence started in the segment before: one piece, no start received.
+  const Problem q = packed({1, 63, 64, 65, 300, 700, 129});
+  const std::vector<Window> t = plan_segments(q, 3);
+  EXPECT_EQ(parallel::carry_route(q, t, 2).carry_of, 1);
+  EXPECT_EQ(parallel::carry_route(q, t, 2).start_from, -1);
+  EXPECT_EQ(parallel::carry_route(q, t, 1).start_to, -1);
+}
+
 TEST(CaseResultMessage, RoundTrip) {
   std::vector<CaseResult> results(3);
   results[1].input = "in.h5";

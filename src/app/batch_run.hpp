@@ -40,6 +40,7 @@ struct RunOptions {
   int readers = 2;               // reader processes reading windows side by side
   bool progress_bar = true;      // a redrawn bar when stderr is a terminal
   bool context_parallel = false;  // every case split along T over the MPI ranks (context_parallel_run.hpp)
+  double carry_cost = -1;  // context parallel: the state pass's time per token over the forward's; < 0: measured one
 };
 
 struct CaseResult {
@@ -53,6 +54,7 @@ struct CaseResult {
   double kernel_seconds = 0, min_bytes = 0;
   double wall_seconds = 0;  // from reading its first window to committing its file
   std::int64_t windows = 0;
+  std::string segment_chunks;  // context parallel: each rank's chunks, "9+7" (then windows is not printed)
   std::string tile_path;  // the kernel path that ran (gemm_path_name), once computed
 
   std::string label() const { return group.empty() ? input : input + ":" + group; }

@@ -8,6 +8,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/input_slice.hpp"
 #include "io/output_stream.hpp"
+#include "kernels/state_pass.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/segment_plan.hpp"
 #include "parallel/shared_hdf5_file.hpp"
@@ -52,24 +53,6 @@ bool failed_anywhere(const std::string& mine, CaseResult& r) {
 
 const Tensor* present(const Tensor& t) { return t.empty() ? nullptr : &t; }
 
-// Tokens [offset, offset + length) of a one-row tensor [1, T, H, D].
-Tensor token_range(const Tensor& t, std::int64_t offset, std::int64_t length) {
-  Tensor out(t.dtype, {1, length, t.shape[2], t.shape[3]});
-  const std::size_t token = static_cast<std::size_t>(t.shape[2] * t.shape[3]) * dtype_size(t.dtype);
-  std::memcpy(out.bytes.data(), t.bytes.data() + offset * token, static_cast<std::size_t>(length) * token);
-  return out;
-}
-
-// Rows [row0, row0 + rows) of a tensor whose first axis counts rows.
-Tensor row_range(const Tensor& t, std::int64_t row0, std::int64_t rows) {
-  std::vector<std::int64_t> shape = t.shape;
-  shape[0] = rows;
-  Tensor out(t.dtype, shape);
-  const std::size_t row = out.bytes.size() / static_cast<std::size_t>(rows);
-  std::memcpy(out.bytes.data(), t.bytes.data() + row0 * row, out.bytes.size());
-  return out;
-}
-
 // What a segment carries out to the next: the state after its last token of
 // the sequence that goes on (plain batch: of every row; packed: one row), and
 // the key sum z with --normalize. In the accumulation type.
@@ -101,27 +84,6 @@ void add_into(Tensor& a, const Tensor& b) {
   }
 }
 
-// The state segment w carries out, for a segment that starts midway through a
-// sequence (so its own forward cannot run yet): the forward on the part of
-// its last sequence that lies in it, from that sequence's initial state when
-// the part is its beginning, else from zero.
-Carry carry_of_piece(const Problem& p, const Window& w, const CaseData& in, ForwardConfig config) {
-  config.snapshots = SnapshotMode::none;  // only the final state and z are kept
-  const parallel::CarriedPiece piece = parallel::carried_piece(p, w);
-  ForwardOutput f;
-  if (!p.varlen()) {
-    f = run_forward(plain_problem(p, p.B, w.tokens()), config, in.q, in.k, in.v);
-  } else {
-    const std::int64_t offset = piece.t0 - w.t0, length = piece.t1 - piece.t0;
-    const std::int64_t row = w.seq_end - 1 - w.seq_begin;  // its row among the segment's initial rows
-    const Tensor s0 = piece.from_start && !in.initial_state.empty() ? row_range(in.initial_state, row, 1) : Tensor();
-    const Tensor z0 = piece.from_start && !in.initial_z.empty() ? row_range(in.initial_z, row, 1) : Tensor();
-    f = run_forward(plain_problem(p, 1, length), config, token_range(in.q, offset, length),
-                    token_range(in.k, offset, length), token_range(in.v, offset, length), present(s0), present(z0));
-  }
-  return {f.final_state, f.z_state};
-}
-
 // The initial rows of the sequences of a segment that continues one: the
 // start state for that first one (plain batch: every row), the file's rows (or
 // zeros) for those that start in the segment.
@@ -135,12 +97,17 @@ Tensor starting_rows(const Problem& sub, const Tensor& from_file, const Tensor& 
 
 struct Times {
   double upload = 0, kernel = 0, download = 0;
-  void add(const ForwardOutput& f) {
+  template <class Output>  // ForwardOutput or StatePassOutput
+  void add(const Output& f) {
     upload += f.upload_seconds;
     kernel += f.kernel_seconds;
     download += f.download_seconds;
   }
 };
+
+// Why this rank starts no forward: a rank before it in the chain failed (its
+// own message reaches every rank, first in rank order).
+constexpr const char* kChainBroken = "context parallel: a segment before this one failed";
 
 // One case on every rank together; sets r.ok, or r.error, alike on all of them.
 // After each step that can fail on one rank the ranks agree (failed_anywhere).
@@ -160,13 +127,27 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   if (failed_anywhere(attempt(r, open_case), r)) return;
   r.problem = p;
   r.dtype = s.input;
-  const std::vector<Window> segments = parallel::plan_segments(p, parallel::size());
+  // The segments, cut by what the state pass costs (parallel/segment_plan.hpp).
+  // Unlike the pipeline, a rank's forward may split its sequences on tensor cores
+  // (choose_segments): its bits differ from one rank's there anyway (docs/PARALLEL.md).
+  const ForwardConfig& config = opt.forward;
+  double carry_cost = opt.carry_cost;
+  const auto weigh = [&] {
+    if (carry_cost < 0)
+      carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input));
+  };
+  if (failed_anywhere(attempt(r, weigh), r)) return;
+  const std::vector<Window> segments = parallel::plan_segments(p, parallel::size(), carry_cost);
   const Window& w = segments[static_cast<std::size_t>(rank)];
   const bool works = w.chunks > 0;
   const Problem sub = window_problem(p, w);
+  const parallel::CarryRoute route = parallel::carry_route(p, segments, rank);
 
-  // 1. This rank's tokens, and the initial rows of the sequences starting in them.
-  CaseData in;
+  // 1. This rank's tokens, and the initial rows of the sequences starting in
+  // them; and the k and v of the piece of the segment before whose state it
+  // computes (with its sequence's initial rows when the piece is its start).
+  CaseData in, piece;
+  Problem piece_problem;
   const auto read_segment = [&] {
     SliceRequest slice;
     slice.t0 = w.t0;
@@ -176,68 +157,74 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     slice.accumulation = s.accumulation;
     slice.allow_nonfinite = opt.allow_nonfinite;
     in = read_slice(file.get(), r.input, r.group, schema, slice);
+    if (route.carry_of >= 0) {
+      const Window& before = segments[static_cast<std::size_t>(route.carry_of)];
+      const parallel::CarriedPiece part = parallel::carried_piece(p, before);
+      slice.t0 = part.t0;
+      slice.t1 = part.t1;
+      slice.with_q = false;
+      slice.row0 = p.varlen() ? before.seq_end - 1 : 0;
+      slice.rows = !part.from_start ? 0 : p.varlen() ? 1 : p.B;
+      piece = read_slice(file.get(), r.input, r.group, schema, slice);
+      piece_problem = plain_problem(p, p.varlen() ? 1 : p.B, part.t1 - part.t0);
+    }
     file.close();
   };
   if (failed_anywhere(attempt(r, read_segment), r)) return;
 
-  // 2. What the segment carries out. A segment that starts no sequence midway
-  // runs its forward now, and its carry is that forward's state.
-  ForwardConfig config = opt.forward;
-  config.segments = 1;  // never split, as the pipeline (src/pipeline/compute_stage.hpp)
+  // 2. The start state, without waiting for the forward of the segment
+  // before: this rank's state pass over that segment's piece, plus that
+  // segment's own start state (received) when the sequence began earlier still.
+  // The sum runs in chain order, as carry_chain lists it. Ranks send and
+  // receive even after a failure, so that none waits forever.
   const std::int64_t carry_rows = p.varlen() ? 1 : p.B;
   ForwardOutput out;
-  bool have_out = false;
-  Carry carry;
+  Carry start;
   Times times;
-  // The compute phase's clock: its wall time, waits for the carried states included, is the
+  // The compute phase's clock: its wall time, waits for the start state included, is the
   // kernel time this rank reports (docs/PARALLEL.md "Cost").
   const Clock::time_point compute_started = Clock::now();
-  const auto carry_out = [&] {
+  std::string failure;
+  if (route.carry_of >= 0) {
+    failure = attempt(r, [&] {
+      const StatePassOutput y = run_state_pass(piece_problem, config, piece.k, piece.v, present(piece.initial_state),
+                                               present(piece.initial_z));
+      times.add(y);
+      start = {y.final_state, y.z_state};
+    });
+    piece = CaseData();
+  }
+  if (route.start_from >= 0) {
+    const std::string bytes = parallel::receive(route.start_from);
+    if (bytes.empty() && failure.empty()) failure = kChainBroken;
+    if (failure.empty()) {
+      Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
+      add_into(before.state, start.state);
+      if (s.normalize) add_into(before.z, start.z);
+      start = std::move(before);
+    }
+  }
+  if (route.start_to >= 0) parallel::send(route.start_to, failure.empty() ? encode(start) : std::string());
+
+  // 3. The segment's forward from its start.
+  const auto forward_from_start = [&] {
     if (!works) return;
     if (!w.continues) {
       out = run_forward(sub, config, in.q, in.k, in.v, present(in.initial_state), present(in.initial_z));
-      times.add(out);
-      have_out = true;
-      if (w.carries) {
-        const std::int64_t last = sub.num_sequences() - carry_rows;
-        carry.state = row_range(out.final_state, last, carry_rows);
-        if (s.normalize) carry.z = row_range(out.z_state, last, carry_rows);
-      }
-    } else if (w.carries) {
-      carry = carry_of_piece(p, w, in, config);
+    } else {
+      const Tensor s0 = starting_rows(sub, in.initial_state, start.state, {p.H, p.DK, p.DV}, s.accumulation);
+      const Tensor z0 =
+          s.normalize ? starting_rows(sub, in.initial_z, start.z, {p.H, p.DK}, s.accumulation) : Tensor();
+      out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0));
     }
-  };
-  if (failed_anywhere(attempt(r, carry_out), r)) return;
-
-  // 3. Every carry to every rank; this segment's start is the sum, in rank
-  // order, of the carries of its chain (parallel/segment_plan.hpp).
-  const std::vector<std::string> carries = parallel::all_gather(works && w.carries ? encode(carry) : "");
-  Carry start;
-  if (works && w.continues) {
-    for (int j : parallel::carry_chain(p, segments, rank)) {
-      const Carry c = decode(carries[static_cast<std::size_t>(j)], p, carry_rows, s.accumulation, s.normalize);
-      if (start.state.empty()) {
-        start = c;
-      } else {
-        add_into(start.state, c.state);
-        if (s.normalize) add_into(start.z, c.z);
-      }
-    }
-  }
-
-  // 4. The segment's forward from its start.
-  const auto forward_from_start = [&] {
-    if (!works || have_out) return;
-    const Tensor s0 = starting_rows(sub, in.initial_state, start.state, {p.H, p.DK, p.DV}, s.accumulation);
-    const Tensor z0 =
-        s.normalize ? starting_rows(sub, in.initial_z, start.z, {p.H, p.DK}, s.accumulation) : Tensor();
-    out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0));
     times.add(out);
   };
-  if (failed_anywhere(attempt(r, forward_from_start), r)) return;
+  if (failure.empty()) failure = attempt(r, forward_from_start);
+  parallel::finish_sends();
   const double compute_wall = std::chrono::duration<double>(Clock::now() - compute_started).count();
+  if (failed_anywhere(failure, r)) return;
 
-  // 5. One output file, every rank writing its slices collectively.
+  // 4. One output file, every rank writing its slices collectively.
   pipeline::WindowTimes total;
   total.upload = parallel::max(times.upload);
   // The critical path, not the sum of this rank's kernels: a rank that waited for a carry
@@ -248,6 +235,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   r.kernel_seconds = total.kernel;
   r.tile_path = gemm;
   r.windows = std::count_if(segments.begin(), segments.end(), [](const Window& x) { return x.chunks > 0; });
+  for (const Window& x : segments) r.segment_chunks += (r.segment_chunks.empty() ? "" : "+") + std::to_string(x.chunks);
   const DType snap = s.snapshot;
   r.min_bytes = count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state).total();
   const RunRecord record = make_record(opt, r, p, s, parse_gemm_path(gemm), total);

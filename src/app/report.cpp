@@ -20,7 +20,9 @@ std::string progress_line(std::size_t index, std::size_t total, const CaseResult
   return case_counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
-         std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") + "  -> " + printable(r.output);
+         (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows")
+                                   : "chunks " + r.segment_chunks + " by rank") +
+         "  -> " + printable(r.output);
 }
 
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r) {

@@ -28,6 +28,7 @@ Command add_run_command(CLI::App& parent) {
     double case_timeout = 1800;
     int readers = 2;
     bool context_parallel = false;
+    double carry_cost = -1;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -93,6 +94,13 @@ Command add_run_command(CLI::App& parent) {
                 "the segments before it carry, all writing one output file (parallel HDF5); without it the ranks "
                 "share out the cases")
       ->excludes(compress);  // docs/PARALLEL.md, "Limits"
+  cmd->add_option("--carry-cost", o->carry_cost,
+                  "With --context-parallel: the state pass's time per token as a fraction of the forward's, which "
+                  "sets how the tokens are split among the ranks (each rank but the first also runs the state pass "
+                  "over the segment before its own). Default: the measured cost of the kernel that runs it; 0 splits "
+                  "evenly")
+      ->check(CLI::Range(0.0, 1.0))
+      ->needs("--context-parallel");
 
   return {cmd, [o] {
             RunOptions opt;
@@ -114,6 +122,7 @@ Command add_run_command(CLI::App& parent) {
             opt.case_timeout = o->case_timeout;
             opt.readers = o->readers;
             opt.context_parallel = o->context_parallel;
+            opt.carry_cost = o->carry_cost;
             BatchStats stats;
             const std::vector<CaseResult> results = opt.context_parallel
                                                         ? run_context_parallel(opt, std::cout, std::cerr)

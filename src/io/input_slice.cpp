@@ -36,7 +36,8 @@ CaseData read_slice(hid_t file, const std::string& file_name, const std::string&
   const std::string window =
       r.t0 == 0 && r.t1 == s[1] ? "" : "in tokens [" + std::to_string(r.t0) + ", " + std::to_string(r.t1) + ")";
   CaseData d;
-  d.q = read_part(file, file_name, group, "q", in, {0, t0, 0, 0}, {B, T, H, DK}, r.allow_nonfinite, window);
+  if (r.with_q)
+    d.q = read_part(file, file_name, group, "q", in, {0, t0, 0, 0}, {B, T, H, DK}, r.allow_nonfinite, window);
   d.k = read_part(file, file_name, group, "k", in, {0, t0, 0, 0}, {B, T, H, DK}, r.allow_nonfinite, window);
   d.v = read_part(file, file_name, group, "v", in, {0, t0, 0, 0}, {B, T, H, DV}, r.allow_nonfinite, window);
   if (schema.has_initial_state && rows > 0)

@@ -17,6 +17,7 @@ struct SliceRequest {
   std::int64_t row0 = 0, rows = 0;  // initial_state / z_state rows (when the case has them)
   DType accumulation = DType::f32;  // the element type of the state rows in memory
   bool allow_nonfinite = false;
+  bool with_q = true;               // false: k and v only (q left empty)
 };
 
 // q, k, v [B, t1 - t0, H, D] in the input dtype; initial_state [rows, H, DK, DV]

@@ -35,6 +35,14 @@ std::string broadcast(const std::string& from_root);           // rank 0's strin
 std::vector<std::string> gather(const std::string& mine);      // rank 0: every rank's, in rank order; others: {}
 std::vector<std::string> all_gather(const std::string& mine);  // every rank's, in rank order, on every rank
 
+// Point to point, between two ranks only (context parallel's start states).
+// send returns at once and the bytes leave while the caller goes on;
+// finish_sends waits until every send so far was received. receive waits for
+// the next message from `from` and returns it whole.
+void send(int to, std::string bytes);
+void finish_sends();
+std::string receive(int from);
+
 // Ends every rank's process with `code` (MPI_Abort): for an error that leaves
 // the other ranks waiting in a collective call.
 [[noreturn]] void abort_all(int code);

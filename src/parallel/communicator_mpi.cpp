@@ -4,12 +4,22 @@
 #include <mpi.h>
 
 #include <cstdlib>
+#include <limits>
+#include <memory>
 #include <stdexcept>
 
 namespace linattn::parallel {
 namespace {
 
 bool active = false;  // MPI was started by this Session
+constexpr int kPointToPointTag = 1;
+
+// Sends in flight: each one's bytes stay alive until finish_sends.
+struct PendingSend {
+  std::string bytes;
+  MPI_Request request = MPI_REQUEST_NULL;
+};
+std::vector<std::unique_ptr<PendingSend>> pending;
 int world_rank = 0, world_size = 1, node_rank = 0, node_size = 1;
 
 bool launched_by_mpi() {
@@ -125,6 +135,34 @@ std::string first_non_empty(const std::string& mine) {
   for (const std::string& e : all_gather(mine))
     if (!e.empty()) return e;
   return "";
+}
+
+void send(int to, std::string bytes) {
+  if (!active) throw std::logic_error("parallel::send without MPI");
+  if (bytes.size() > static_cast<std::size_t>(std::numeric_limits<int>::max()))
+    throw std::length_error("parallel::send: a message over 2 GiB");
+  pending.push_back(std::make_unique<PendingSend>());
+  PendingSend& s = *pending.back();
+  s.bytes = std::move(bytes);
+  check(MPI_Isend(s.bytes.data(), static_cast<int>(s.bytes.size()), MPI_CHAR, to, kPointToPointTag, MPI_COMM_WORLD,
+                  &s.request),
+        "MPI_Isend");
+}
+
+void finish_sends() {
+  for (auto& s : pending) check(MPI_Wait(&s->request, MPI_STATUS_IGNORE), "MPI_Wait");
+  pending.clear();
+}
+
+std::string receive(int from) {
+  if (!active) throw std::logic_error("parallel::receive without MPI");
+  MPI_Status status;
+  check(MPI_Probe(from, kPointToPointTag, MPI_COMM_WORLD, &status), "MPI_Probe");
+  int n = 0;
+  check(MPI_Get_count(&status, MPI_CHAR, &n), "MPI_Get_count");
+  std::string bytes(static_cast<std::size_t>(n), '\0');
+  check(MPI_Recv(bytes.data(), n, MPI_CHAR, from, kPointToPointTag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "MPI_Recv");
+  return bytes;
 }
 
 void abort_all(int code) {

@@ -1,17 +1,40 @@
 #include "parallel/segment_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <stdexcept>
 
 namespace linattn::parallel {
 
-std::vector<Window> plan_segments(const Problem& p, int ranks) {
+std::vector<double> segment_shares(int ranks, double carry_cost) {
+  if (ranks < 1) throw std::invalid_argument("segment_shares: ranks must be at least 1");
+  if (!(carry_cost >= 0.0)) throw std::invalid_argument("segment_shares: the carry cost must be at least 0");
+  const bool even = carry_cost == 0.0 || carry_cost >= 1.0;
+  std::vector<double> g(static_cast<std::size_t>(ranks), 1.0);
+  for (std::size_t r = 1; r < g.size() && !even; ++r) g[r] = 1.0 - carry_cost * g[r - 1];
+  double sum = 0.0;
+  for (double x : g) sum += x;
+  for (double& x : g) x /= sum;
+  return g;
+}
+
+std::vector<Window> plan_segments(const Problem& p, int ranks, double carry_cost) {
   if (ranks < 1) throw std::invalid_argument("plan_segments: ranks must be at least 1");
   const std::int64_t G = p.varlen() ? p.total_chunks() : p.num_chunks();
   const std::vector<std::int64_t> starts = p.chunk_starts();  // first chunk of each sequence, then G
+  // The first chunk of each segment, then G: integer arithmetic for even shares.
+  std::vector<std::int64_t> cuts(static_cast<std::size_t>(ranks) + 1, G);
+  const std::vector<double> shares = segment_shares(ranks, carry_cost);
+  const bool even = std::all_of(shares.begin(), shares.end(), [&](double s) { return s == shares[0]; });
+  double before = 0.0;
+  for (int r = 0; r < ranks; ++r) {
+    cuts[static_cast<std::size_t>(r)] =
+        even ? r * G / ranks : std::min<std::int64_t>(G, std::llround(before * static_cast<double>(G)));
+    before += shares[static_cast<std::size_t>(r)];
+  }
   std::vector<Window> segments;
   for (int r = 0; r < ranks; ++r) {
-    const std::int64_t g0 = r * G / ranks, g1 = (r + 1) * G / ranks;
+    const std::int64_t g0 = cuts[static_cast<std::size_t>(r)], g1 = cuts[static_cast<std::size_t>(r) + 1];
     Window w;
     w.chunk0 = g0;
     w.chunks = g1 - g0;
@@ -68,6 +91,20 @@ CarriedPiece carried_piece(const Problem& p, const Window& w) {
   piece.t0 = std::max(w.t0, last_start);
   piece.from_start = piece.t0 == last_start;
   return piece;
+}
+
+CarryRoute carry_route(const Problem& p, const std::vector<Window>& segments, int r) {
+  CarryRoute route;
+  const std::vector<int> chain = carry_chain(p, segments, r);
+  if (!chain.empty()) {
+    route.carry_of = chain.back();
+    if (chain.size() > 1) route.start_from = chain.back();
+  }
+  for (int q = r + 1; q < static_cast<int>(segments.size()) && route.start_to < 0; ++q) {
+    const std::vector<int> later = carry_chain(p, segments, q);
+    if (later.size() > 1 && later.back() == r) route.start_to = q;
+  }
+  return route;
 }
 
 }  // namespace linattn::parallel

@@ -1,0 +1,93 @@
+// The state after a plain batch's tokens, without q, o or h, on tensor cores
+// (docs/PARALLEL.md "Context parallel"): final_state = initial_state + the
+// K^T V sums of each row's segments, added in segment order (with
+// normalization z_state = initial_z + the key sums likewise). The segment sums
+// are segment_sum_kernel's (fused_tensor_core.hpp), the ones the forward adds
+// when it splits a sequence, so the state pass is the forward's own arithmetic
+// for the state, minus everything that reads q. It reads k and v once: about
+// a third of the forward's bytes.
+#pragma once
+
+#include "kernels/cuda/fused_tensor_core.hpp"
+
+namespace linattn::cuda {
+namespace detail {
+
+// out[row][e] = (init ? init[row][e] : 0) + sums[row b, segment 0, head][e] + ... + segment (segments - 1),
+// row = b * H + head, e < elems; the sums laid out [B][segments][H][elems] as segment_sum_kernel writes them.
+// static: one copy per translation unit, as it is no template.
+static __global__ void add_segment_sums_kernel(const float* init, const float* sums, int segments, int H,
+                                        std::size_t rows, std::size_t elems, float* out) {
+  const std::size_t i = std::size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= rows * elems) return;
+  const std::size_t row = i / elems, e = i % elems, b = row / H, head = row % H;
+  float acc = init ? init[i] : 0.0f;
+  for (int j = 0; j < segments; ++j) acc += sums[((b * segments + j) * H + head) * elems + e];
+  out[i] = acc;
+}
+
+inline void add_segment_sums(const float* init, const float* sums, int segments, int H, std::size_t rows,
+                             std::size_t elems, float* out, cudaStream_t stream) {
+  const std::size_t n = rows * elems;
+  if (n == 0) return;
+  add_segment_sums_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(init, sums, segments, H, rows,
+                                                                                      elems, out);
+  check_launch(cudaGetLastError(), "state pass: adding the segment sums");
+}
+
+}  // namespace detail
+
+// Segments per row for the state pass: enough blocks of the widest DV block
+// for about one wave on num_sms SMs (segment_sum_kernel takes one SM per
+// block with DK 128), at least one chunk each.
+inline int choose_state_pass_segments(int B, int H, int NT, int DV, int num_sms) {
+  const std::int64_t blocks = std::int64_t(B) * H * (DV / widest_block_dv(DV));
+  const std::int64_t segments = std::min<std::int64_t>(std::max<std::int64_t>(num_sms / blocks, 1), NT);
+  return static_cast<int>(std::max<std::int64_t>(segments, 1));
+}
+
+// args: k, v, initial_state (or null), final_state [B, H, DK, DV]; with
+// normalization initial_z (or null) and z_state [B, H, DK]; B, T, H, DK, DV.
+// q, o and h are not read. Returns the segments per row it used.
+template <class E>
+int run_state_pass_tensor_core(FusedTensorCoreArgs args, int num_sms, cudaStream_t stream) {
+  const bool normalize = args.z_state != nullptr;
+  const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
+  const std::size_t rows = std::size_t(args.B) * args.H, state_elems = std::size_t(args.DK) * args.DV;
+  if (NT == 0) {  // no tokens: the state is the initial one
+    detail::add_segment_sums(args.initial_state, nullptr, 0, args.H, rows, state_elems, args.final_state, stream);
+    if (normalize) detail::add_segment_sums(args.initial_z, nullptr, 0, args.H, rows, args.DK, args.z_state, stream);
+    return 0;
+  }
+  const SegmentSplit split =
+      split_segments(NT, choose_state_pass_segments(args.B, args.H, NT, args.DV, num_sms));
+  args.seg_chunks = split.seg_chunks;
+  args.work = nullptr;
+  StreamBuffer sums(rows * split.segments * state_elems * sizeof(float), stream, "state pass: segment states");
+  StreamBuffer zsums(normalize ? rows * split.segments * args.DK * sizeof(float) : 0, stream,
+                     "state pass: segment key sums");
+  const int bv = widest_block_dv(args.DV);
+  const dim3 grid(args.DV / bv, split.segments, args.B * args.H);
+  auto launch = [&](auto dk, auto norm) {
+    constexpr int DK = decltype(dk)::value;
+    constexpr bool kNorm = decltype(norm)::value;
+    if (bv == 128) detail::launch_segment_sums<E, DK, 128, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
+    else if (bv == 64) detail::launch_segment_sums<E, DK, 64, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
+    else detail::launch_segment_sums<E, DK, 32, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
+  };
+  auto with_norm = [&](auto dk) {
+    if (normalize) launch(dk, std::true_type{});
+    else launch(dk, std::false_type{});
+  };
+  if (args.DK == 128) with_norm(std::integral_constant<int, 128>{});
+  else if (args.DK == 64) with_norm(std::integral_constant<int, 64>{});
+  else throw std::invalid_argument("tensor-core state pass: DK must be 64 or 128");
+  detail::add_segment_sums(args.initial_state, sums.as<float>(), split.segments, args.H, rows, state_elems,
+                           args.final_state, stream);
+  if (normalize)
+    detail::add_segment_sums(args.initial_z, zsums.as<float>(), split.segments, args.H, rows, args.DK, args.z_state,
+                             stream);
+  return split.segments;
+}
+
+}  // namespace linattn::cuda

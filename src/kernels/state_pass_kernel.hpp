@@ -1,0 +1,73 @@
+// The state pass of the fused variant's TeamPolicy kernel (fused_forward.hpp):
+// the same league, the same DV blocks and the same `S += K^T V` tile product
+// per chunk, without Q, A, O or h. Its final state is therefore the fused
+// forward's, bit for bit, at about a third of its products (docs/PARALLEL.md
+// "Context parallel").
+#pragma once
+
+#include "core/problem.hpp"
+#include "kernels/fused_forward.hpp"
+#include "kernels/scratch_plan.hpp"
+#include "kernels/sequence_map.hpp"
+#include "kernels/team_gemm.hpp"
+#include "kernels/tile_ops.hpp"
+
+namespace linattn {
+
+template <class In, class Acc>
+struct StatePassViews {
+  DeviceView4<const In> k, v;
+  DeviceView4<const Acc> initial_state;  // [N, H, DK, DV] or empty
+  DeviceView4<Acc> final_state;          // [N, H, DK, DV]
+};
+
+template <class In, class Acc>
+struct FusedStatePass {
+  StatePassViews<In, Acc> views;
+  SequenceMap seqs;
+  int DK, C, block_dv, num_blocks, level, H, DV;
+  TileGemm gemm;
+
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
+    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}});
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
+    const SequenceBlock blk = sequence_block(seqs, m.league_rank(), num_blocks, H, block_dv, DV);
+    const Sequence& seq = blk.seq;
+    const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
+    Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
+    load_state(m, S, views.initial_state, n, h, d0);
+    m.team_barrier();
+    for (int c = 0; c < seq.num_chunks; ++c) {
+      const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
+      load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
+      load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
+      m.team_barrier();
+      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);  // as the fused forward's state update
+    }
+    store_state(m, views.final_state, S, n, h, d0);
+  }
+};
+
+// The DV blocks are the fused forward's (its scratch plan), so that every
+// state element is summed by the same product as there.
+template <class In, class Acc, class ForwardViewsType>
+void run_fused_state_pass(const Problem& p, const StatePassViews<In, Acc>& views, std::int64_t block_dv, int team_size,
+                          TileGemm gemm) {
+  ScopedRegion region("linattn::fused_state_pass");
+  const ScratchPlan forward_plan = plan_scratch(
+      p.DV, block_dv, [&](std::int64_t w) { return FusedForward<ForwardViewsType>::scratch_bytes(p, w); });
+  using Kernel = FusedStatePass<In, Acc>;
+  const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv);
+  const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
+  const int num_blocks = static_cast<int>(ceil_div(p.DV, forward_plan.block_dv));
+  Kernel kernel{views, make_sequence_map(p), static_cast<int>(p.DK), static_cast<int>(p.chunk),
+                static_cast<int>(forward_plan.block_dv), num_blocks, level, static_cast<int>(p.H),
+                static_cast<int>(p.DV), gemm};
+  const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
+  auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
+  Kokkos::parallel_for("linattn::fused_state_pass", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);
+}
+
+}  // namespace linattn

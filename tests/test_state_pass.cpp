@@ -1,0 +1,137 @@
+// The state pass (kernels/state_pass.hpp) that context parallel runs on the
+// segment before a rank's own: its final state (and key sum) is the forward's,
+// bitwise where it runs the fused kernel's own state update or the forward
+// itself, and within the fp32 level of the fp64 reference on tensor cores.
+#include "core/accuracy_levels.hpp"
+#include "core/error_metrics.hpp"
+#include "core/random_tensor.hpp"
+#include "forward_check.hpp"
+#include "kernels/state_pass.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <gtest/gtest.h>
+
+namespace linattn {
+namespace {
+
+using testing::InputValues;
+
+Problem problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV) {
+  Problem p;
+  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = 16; p.scale = 0.25;
+  return p;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) { return a.shape == b.shape && a.dtype == b.dtype && a.bytes == b.bytes; }
+
+StatePassOutput state_of(const Problem& p, ForwardConfig cfg, const ProblemInputs& in) {
+  cfg.poison_outputs = true;
+  return run_state_pass(p, cfg, in.k, in.v, in.initial_state.empty() ? nullptr : &in.initial_state,
+                        in.initial_z.empty() ? nullptr : &in.initial_z);
+}
+
+bool host_backend() { return std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value; }
+
+TEST(StatePass, FusedTilesGiveTheForwardsFinalStateBitwise) {
+  Problem packed = problem(1, 150, 2, 16, 24);
+  packed.cu_seqlens = {0, 37, 40, 101, 150};  // ragged chunks, a sequence of 3 tokens
+  const Problem problems[] = {problem(2, 75, 3, 16, 20), packed};
+  std::vector<GemmPath> paths = {GemmPath::kokkos_kernels};
+  if (host_backend()) paths.push_back(GemmPath::host_tile);
+  std::uint64_t seed = 7100;
+  for (const Problem& p : problems)
+    for (GemmPath path : paths)
+      for (DType dtype : {DType::f32, DType::bf16, DType::f64})
+        for (bool with_state : {false, true}) {
+          SCOPED_TRACE(std::string(gemm_path_name(path)) + " " + dtype_name(dtype) + (p.varlen() ? " packed" : "") +
+                       (with_state ? " with initial state" : ""));
+          ForwardConfig cfg;
+          cfg.gemm = path;
+          const ProblemInputs in = random_inputs(p, dtype, ++seed, with_state);
+          const StatePassOutput s = state_of(p, cfg, in);
+          EXPECT_EQ(s.kind, StatePassKind::fused_tiles);
+          const ForwardOutput f = testing::run_inputs(p, cfg, in);
+          EXPECT_TRUE(same_bits(s.final_state, f.final_state));
+          EXPECT_TRUE(s.z_state.empty());
+          const InputValues values(in);
+          const reference::Result ref = reference::forward(p, values.inputs(), false);
+          EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(dtype, s.final_state.dtype));
+        }
+}
+
+TEST(StatePass, OtherPathsRunTheForwardItself) {
+  const Problem p = problem(2, 70, 2, 16, 16);
+  std::uint64_t seed = 7200;
+  ForwardConfig normalized;
+  normalized.normalize = true;
+  ForwardConfig materialized;
+  materialized.variant = Variant::materialized;
+  for (const ForwardConfig& cfg : {normalized, materialized}) {
+    SCOPED_TRACE(cfg.normalize ? "normalize" : "materialized");
+    const ProblemInputs in = random_inputs(p, DType::f32, ++seed, true, cfg.normalize, cfg.normalize);
+    const StatePassOutput s = state_of(p, cfg, in);
+    if (!(host_backend() == false && cfg.normalize)) EXPECT_EQ(s.kind, StatePassKind::forward);
+    const ForwardOutput f = testing::run_inputs(p, cfg, in);
+    if (s.kind == StatePassKind::forward) {
+      EXPECT_TRUE(same_bits(s.final_state, f.final_state));
+      EXPECT_TRUE(same_bits(s.z_state, f.z_state));
+    }
+  }
+}
+
+TEST(StatePass, CostsAreFractionsOfTheForward) {
+  EXPECT_EQ(state_pass_cost(StatePassKind::forward), 1.0);
+  for (StatePassKind k : {StatePassKind::tensor_core, StatePassKind::fused_tiles}) {
+    EXPECT_GT(state_pass_cost(k), 0.0);
+    EXPECT_LT(state_pass_cost(k), 1.0);
+  }
+}
+
+TEST(StatePass, RefusesWhatTheForwardRefuses) {
+  const Problem p = problem(1, 32, 1, 16, 16);
+  const ProblemInputs in = random_inputs(p, DType::f32, 7300, false);
+  ForwardConfig cfg;
+  cfg.gemm = GemmPath::tensor_core;  // fp32 inputs never run on tensor cores
+  EXPECT_THROW(state_of(p, cfg, in), std::invalid_argument);
+  cfg.gemm = GemmPath::automatic;
+  EXPECT_THROW(run_state_pass(p, cfg, in.k, in.q, nullptr, &in.k), std::invalid_argument);  // z0 without normalize
+}
+
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr bool kHaveTensorCores = true;
+#else
+constexpr bool kHaveTensorCores = false;
+#endif
+
+// On tensor cores: the segment sums added in order, against the fp64
+// reference and against the forward's own final state (which adds its
+// segments differently: the fp32 level, not bitwise).
+TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernels are not built";
+  Problem a = problem(2, 1000, 3, 128, 96);
+  Problem b = problem(1, 4100, 2, 64, 128);
+  a.chunk = b.chunk = 64;
+  std::uint64_t seed = 7400;
+  for (const Problem& p : {a, b})
+    for (DType dtype : {DType::bf16, DType::f16})
+      for (bool normalize : {false, true}) {
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " DK " + std::to_string(p.DK) + (normalize ? " normalize" : ""));
+        ForwardConfig cfg;
+        cfg.normalize = normalize;
+        const ProblemInputs in = random_inputs(p, dtype, ++seed, true, normalize, normalize);
+        const StatePassOutput s = state_of(p, cfg, in);
+        EXPECT_EQ(s.kind, StatePassKind::tensor_core);
+        const InputValues values(in);
+        const reference::Result ref = reference::forward(p, values.inputs(), normalize);
+        EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(dtype, DType::f32));
+        const ForwardOutput f = testing::run_inputs(p, cfg, in);
+        EXPECT_LE(relative_l2(s.final_state.to_double(), f.final_state.to_double()), stored_level(dtype, DType::f32));
+        if (normalize) {
+          EXPECT_LE(relative_l2(s.z_state.to_double(), ref.z_state), stored_level(dtype, DType::f32));
+          EXPECT_LE(relative_l2(s.z_state.to_double(), f.z_state.to_double()), stored_level(dtype, DType::f32));
+        }
+      }
+}
+
+}  // namespace
+}  // namespace linattn
