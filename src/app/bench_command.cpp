@@ -63,7 +63,7 @@ Command add_bench_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> shapes;
     std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json, seqlens;
-    bool normalize = false, backward = false;
+    bool normalize = false, backward = false, state_pass = false;
     std::vector<std::string> variants = {"fused", "materialized", "recompute"};
     std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
     int segments = 0;
@@ -87,6 +87,9 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--seqlens", o->seqlens,
                   "A packed batch (B = 1, like fla's cu_seqlens): N sequences cut at uniform random points from "
                   "--seed, or the lengths L1,L2,... (adding up to T)");
+  cmd->add_flag("--state-pass", o->state_pass,
+                "After the fused variant's row, time the state pass context parallel runs (the final state from k "
+                "and v alone, docs/PARALLEL.md) on the same inputs; its \"o rel L2\" compares the two final states");
   cmd->add_flag("--backward", o->backward,
                 "Time the backward (dq, dk, dv, dh0 from the stored snapshots) instead of the forward variants; "
                 "its o rel L2 column is dq's on the slice");
@@ -132,6 +135,7 @@ Command add_bench_command(CLI::App& parent) {
               }
               bc.normalize = o->normalize;
               bc.backward = o->backward;
+              bc.state_pass = o->state_pass;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();
               for (const std::string& v : o->variants) bc.variants.push_back(parse_variant(v));
@@ -157,7 +161,7 @@ Command add_bench_command(CLI::App& parent) {
               std::cout << "# " << shape << " " << o->dtype << ": " << r.device << " (" << r.backend << ", Kokkos "
                         << r.kokkos_version << "), copy bandwidth " << fixed(r.copy_gbps, 1) << " GB/s" << std::endl;
               for (const VariantTiming& t : r.rows) {
-                table.rows.push_back({shape, (t.backward ? "backward" : variant_name(t.variant)), gemm_path_name(t.gemm), std::to_string(t.block_dv),
+                table.rows.push_back({shape, (t.backward ? "backward" : t.state_pass ? "state pass" : variant_name(t.variant)), gemm_path_name(t.gemm), std::to_string(t.block_dv),
                                       std::to_string(t.segments), fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
                                       fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
                 doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
@@ -168,7 +172,7 @@ Command add_bench_command(CLI::App& parent) {
                                        {"dtype", o->dtype},
                                        {"out_dtype", o->out_dtype},
                                        {"snapshots", o->snapshots},
-                                       {"variant", (t.backward ? "backward" : variant_name(t.variant))},
+                                       {"variant", (t.backward ? "backward" : t.state_pass ? "state pass" : variant_name(t.variant))},
                                        {"gemm", gemm_path_name(t.gemm)},
                                        {"block_dv", t.block_dv},
                                        {"segments", t.segments},

@@ -6,6 +6,7 @@
 #include "kernels/backward.hpp"
 #include "kernels/forward_typed.hpp"
 #include "kernels/backward_path.hpp"
+#include "kernels/state_pass_run.hpp"
 #include "kernels/run_variant.hpp"
 #include "reference/backward.hpp"
 #include "reference/references.hpp"
@@ -107,6 +108,52 @@ ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
   return cfg;
 }
 
+// The state pass on the fused forward's k and v (which left its final state
+// in views.final_state), on its kernel; its row's "o rel L2" compares the two
+// final states.
+template <class Views>
+VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, const Views& forward,
+                               double copy_gbps) {
+  using In = typename Views::input_type;
+  using Acc = typename Views::acc_type;
+  const Problem& p = bc.problem;
+  const StatePassKind kind = state_pass_kind(p, cfg, bc.dtype);
+  if (kind == StatePassKind::forward)
+    throw std::invalid_argument(std::string("--state-pass: no state kernel on this path (the state pass is the forward ") +
+                                "itself: normalize off the tensor cores, or the register-blocked kernels)");
+  StatePassViews<In, Acc> views;
+  views.k = forward.k;
+  views.v = forward.v;
+  views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("state_pass_final"), Kokkos::WithoutInitializing),
+                                       p.num_sequences(), p.H, p.DK, p.DV);
+  DeviceView3<Acc> z0, z_state;
+  if (bc.normalize)
+    z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("state_pass_z"), Kokkos::WithoutInitializing),
+                               p.num_sequences(), p.H, p.DK);
+  Kokkos::deep_copy(views.final_state, quiet_nan<Acc>());
+  for (int i = 0; i < bc.warmup; ++i) run_state_pass_on(p, cfg, kind, views, z0, z_state);
+  Kokkos::fence();
+  std::vector<double> ms;
+  for (int i = 0; i < bc.reps; ++i) {
+    Kokkos::Timer timer;
+    run_state_pass_on(p, cfg, kind, views, z0, z_state);
+    Kokkos::fence();
+    ms.push_back(timer.seconds() * 1e3);
+  }
+  VariantTiming row;
+  row.state_pass = true;
+  row.gemm = kind == StatePassKind::tensor_core ? GemmPath::tensor_core : choose_path_here<In>(p, cfg).path;
+  const double tokens = double(p.B) * p.T * p.H;
+  row.flops = 2.0 * tokens * p.DK * p.DV;
+  row.min_bytes = tokens * (p.DK + p.DV) * sizeof(In) + double(p.num_sequences()) * p.H * p.DK * p.DV * sizeof(Acc);
+  set_times(row, ms, copy_gbps);
+  const auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.final_state);
+  const auto theirs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), forward.final_state);
+  row.o_rel_l2 = relative_l2(std::vector<double>(mine.data(), mine.data() + mine.size()),
+                             std::vector<double>(theirs.data(), theirs.data() + theirs.size()));
+  return row;
+}
+
 template <class In, class Out, class Snap>
 BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -178,6 +225,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     set_times(row, ms, copy_gbps);
     row.o_rel_l2 = relative_l2(slice_to_host(views.o, tokens), o_ref);
     report.rows.push_back(row);
+    if (bc.state_pass && variant == Variant::fused) report.rows.push_back(bench_state_pass(bc, cfg, views, copy_gbps));
   }
   return report;
 }

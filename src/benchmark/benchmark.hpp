@@ -22,6 +22,7 @@ struct BenchConfig {
   bool output_fp32 = false;
   bool normalize = false;  // fla's normalize=True (o divided by scale q . cumsum k)
   bool backward = false;   // time the backward (run_backward's kernel) instead of the forward variants
+  bool state_pass = false; // after the fused row, time the state pass (kernels/state_pass.hpp) on the same k, v
   std::int64_t block_dv = 0;
   int segments = 0;  // tensor-core kernel: 0 chooses
   int team_size = 0;
@@ -34,6 +35,7 @@ struct BenchConfig {
 struct VariantTiming {
   Variant variant = Variant::fused;
   bool backward = false;  // a backward row: o_rel_l2 is then dq's, on the whole (b = 0, h = 0) row
+  bool state_pass = false;  // a state-pass row: o_rel_l2 is then its final state's against the fused forward's
   GemmPath gemm = GemmPath::kokkos_kernels;
   std::int64_t block_dv = 0;
   int segments = 1;

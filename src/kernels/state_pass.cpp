@@ -1,11 +1,7 @@
 #include "kernels/state_pass.hpp"
 
 #include "kernels/forward_typed.hpp"
-#include "kernels/state_pass_kernel.hpp"
-
-#if defined(KOKKOS_ENABLE_CUDA)
-#include "kernels/cuda/state_pass_tensor_core.hpp"
-#endif
+#include "kernels/state_pass_run.hpp"
 
 #include <stdexcept>
 
@@ -32,39 +28,13 @@ StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DTy
 double state_pass_cost(StatePassKind k) {
   switch (k) {
     case StatePassKind::tensor_core: return 0.25;
-    case StatePassKind::fused_tiles: return 0.22;
+    case StatePassKind::fused_tiles: return 0.25;
     case StatePassKind::forward: return 1.0;
   }
   return 1.0;
 }
 
 namespace {
-
-#if defined(KOKKOS_ENABLE_CUDA)
-template <class In, class Acc>
-void run_tensor_core_pass(const Problem& p, const StatePassViews<In, Acc>& views, const DeviceView3<Acc>& z0,
-                          const DeviceView3<Acc>& z_state) {
-  using E = typename cuda_element<In>::type;
-  if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value) {
-    ScopedRegion region("linattn::tensor_core_state_pass");
-    cuda::FusedTensorCoreArgs args{};
-    args.k = views.k.data();
-    args.v = views.v.data();
-    args.initial_state = views.initial_state.extent(0) > 0 ? views.initial_state.data() : nullptr;
-    args.final_state = views.final_state.data();
-    args.initial_z = z0.extent(0) > 0 ? z0.data() : nullptr;
-    args.z_state = z_state.extent(0) > 0 ? z_state.data() : nullptr;
-    args.B = static_cast<int>(p.B);
-    args.T = static_cast<int>(p.T);
-    args.H = static_cast<int>(p.H);
-    args.DK = static_cast<int>(p.DK);
-    args.DV = static_cast<int>(p.DV);
-    cuda::run_state_pass_tensor_core<E>(args, current_device_sms(), ExecSpace().cuda_stream());
-    return;
-  }
-  throw std::logic_error("tensor-core state pass on a type it does not take");
-}
-#endif
 
 template <class In>
 StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, StatePassKind kind, const Tensor& k,
@@ -94,17 +64,7 @@ StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, 
   out.upload_seconds = timer.seconds();
 
   timer.reset();
-  if (kind == StatePassKind::tensor_core) {
-#if defined(KOKKOS_ENABLE_CUDA)
-    run_tensor_core_pass<In, Acc>(p, views, z0, z_state);
-#else
-    throw std::logic_error("tensor-core state pass without CUDA");
-#endif
-  } else {
-    const PathChoice choice = choose_forward_path(p, config, k.dtype);
-    const TileGemm tiles = choice.path == GemmPath::host_tile ? TileGemm::host : TileGemm::portable;
-    run_fused_state_pass<In, Acc, ForwardViews<In, In, Acc, Acc>>(p, views, config.block_dv, config.team_size, tiles);
-  }
+  run_state_pass_on(p, config, kind, views, z0, z_state);
   Kokkos::fence();
   out.kernel_seconds = timer.seconds();
 
