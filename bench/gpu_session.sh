@@ -108,12 +108,20 @@ for step in $steps; do
       else
         {
           "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape "${MPI_CP_SHAPE:-1,1048576,16,128,128}" --dtype bf16 --seed 6 > /dev/null
-          echo "== 1 rank"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
-          echo "== 2 ranks, --context-parallel"; wall "${mpi[@]}" "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/two" --no-fsync
+          echo "== 1 rank (run's pipeline: windows, sequences never split)"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
+          echo "== 1 rank, --context-parallel (the case whole, one forward)"
+          wall mpirun --allow-run-as-root -np 1 "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/cp1" --no-fsync
+          rm -rf "$d/cp1"
+          echo "== ${MPI_RANKS:-2} ranks, --context-parallel"
+          wall mpirun --allow-run-as-root -np "${MPI_RANKS:-2}" "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/two" --no-fsync
+          grep -h "chunks" "$d/last.txt" | cut -c1-200
           "$GPU_DIR/linattn" verify "$d/two/"*.h5 | tail -6
         } 2>&1 | tee "$LOGS/mpi-cp.txt"
       fi
       rm -rf "$d" ;;
+    state-pass)  # context parallel's state pass beside the fused forward on the same k, v (its cost sets the split)
+      "$GPU_DIR/linattn" bench --shape 1,524288,16,128 --shape 1,1048576,16,128 --shape 8,8192,16,128 --dtype bf16 \
+        --variants fused --state-pass --reps 10 --json "$LOGS/state-pass.json" 2>&1 | tee "$LOGS/state-pass.txt" ;;
     *) echo "unknown step $step" >&2; exit 2 ;;
   esac
 done

@@ -181,9 +181,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   ForwardOutput out;
   Carry start;
   Times times;
-  // The compute phase's clock: its wall time, waits for the start state included, is the
-  // kernel time this rank reports (docs/PARALLEL.md "Cost").
-  const Clock::time_point compute_started = Clock::now();
+  // This rank's part of the critical path: its kernels, and its wait for a start state.
+  double waited = 0;
   std::string failure;
   if (route.carry_of >= 0) {
     failure = attempt(r, [&] {
@@ -192,10 +191,11 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
       times.add(y);
       start = {y.final_state, y.z_state};
     });
-    piece = CaseData();
   }
   if (route.start_from >= 0) {
+    const Clock::time_point asked = Clock::now();
     const std::string bytes = parallel::receive(route.start_from);
+    waited = std::chrono::duration<double>(Clock::now() - asked).count();
     if (bytes.empty() && failure.empty()) failure = kChainBroken;
     if (failure.empty()) {
       Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
@@ -221,15 +221,15 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   };
   if (failure.empty()) failure = attempt(r, forward_from_start);
   parallel::finish_sends();
-  const double compute_wall = std::chrono::duration<double>(Clock::now() - compute_started).count();
+  piece = CaseData();
   if (failed_anywhere(failure, r)) return;
 
   // 4. One output file, every rank writing its slices collectively.
   pipeline::WindowTimes total;
   total.upload = parallel::max(times.upload);
-  // The critical path, not the sum of this rank's kernels: a rank that waited for a carry
-  // counts the wait (copies to and from the device are reported on their own).
-  total.kernel = parallel::max(std::max(times.kernel, compute_wall - times.upload - times.download));
+  // The critical path: a rank that waited for its start state counts the wait
+  // (copies to and from the device are reported on their own).
+  total.kernel = parallel::max(times.kernel + waited);
   total.download = parallel::max(times.download);
   const std::string gemm = parallel::first_non_empty(works ? gemm_path_name(out.gemm) : "");
   r.kernel_seconds = total.kernel;
