@@ -109,9 +109,28 @@ struct Times {
 // own message reaches every rank, first in rank order).
 constexpr const char* kChainBroken = "context parallel: a segment before this one failed";
 
+// The first launch of a kernel loads its module on the device (and unpacks the
+// binary's kernels), which would land in the first case's kernel time: each
+// configuration runs once on a tiny case first, as the pipeline warms its
+// compute stages (compute_stage_typed.hpp): the forward whole and split (on
+// tensor cores), and the state pass.
+void warm_up(const Problem& p, DType input, const ForwardConfig& config) {
+  Problem tiny = plain_problem(p, 1, 2 * p.chunk);
+  tiny.H = 1;
+  const Tensor q(input, tiny.qk_shape()), v(input, tiny.v_shape());
+  run_forward(tiny, config, q, q, v);
+  if (choose_forward_path(tiny, config, input).path == GemmPath::tensor_core) {
+    ForwardConfig split = config;
+    split.segments = 2;
+    run_forward(tiny, split, q, q, v);
+  }
+  run_state_pass(tiny, config, q, v);
+}
+
 // One case on every rank together; sets r.ok, or r.error, alike on all of them.
 // After each step that can fail on one rank the ranks agree (failed_anywhere).
-void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hid_t transfer) {
+void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hid_t transfer,
+                     std::set<std::string>& warmed) {
   const Clock::time_point started = Clock::now();
   const int rank = parallel::rank();
   hdf5::File file;
@@ -135,6 +154,9 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   const auto weigh = [&] {
     if (carry_cost < 0)
       carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input));
+    const std::string shape = std::to_string(static_cast<int>(s.input)) + ":" + std::to_string(p.DK) + "x" +
+                              std::to_string(p.DV) + "/" + std::to_string(p.chunk);
+    if (warmed.insert(shape).second) warm_up(p, s.input, config);
   };
   if (failed_anywhere(attempt(r, weigh), r)) return;
   const std::vector<Window> segments = parallel::plan_segments(p, parallel::size(), carry_cost);
@@ -295,9 +317,10 @@ std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream
 
   const hdf5::PropertyList file_access = parallel::shared_file_access();
   const hdf5::PropertyList transfer = parallel::collective_transfer();
+  std::set<std::string> warmed;  // the kernel configurations warm_up ran
   for (std::size_t i = 0; i < results.size(); ++i) {
     CaseResult& r = results[i];
-    if (r.error.empty() && !r.skipped) run_shared_case(opt, r, file_access.get(), transfer.get());
+    if (r.error.empty() && !r.skipped) run_shared_case(opt, r, file_access.get(), transfer.get(), warmed);
     if (!root) continue;
     if (r.skipped) progress << skipped_line(i + 1, results.size(), r) << std::endl;
     else if (r.ok) progress << progress_line(i + 1, results.size(), r, opt.forward.variant) << std::endl;

@@ -27,7 +27,7 @@ StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DTy
 
 double state_pass_cost(StatePassKind k) {
   switch (k) {
-    case StatePassKind::tensor_core: return 0.25;
+    case StatePassKind::tensor_core: return 0.26;
     case StatePassKind::fused_tiles: return 0.25;
     case StatePassKind::forward: return 1.0;
   }
