@@ -109,6 +109,7 @@ for step in $steps; do
         {
           "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape "${MPI_CP_SHAPE:-1,1048576,16,128,128}" --dtype bf16 --seed 6 > /dev/null
           echo "== 1 rank (run's pipeline: windows, sequences never split)"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
+          rm -rf "$d/one"
           echo "== 1 rank, --context-parallel (the case whole, one forward)"
           wall mpirun --allow-run-as-root -np 1 "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/cp1" --no-fsync
           rm -rf "$d/cp1"

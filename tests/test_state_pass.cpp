@@ -80,11 +80,20 @@ TEST(StatePass, OtherPathsRunTheForwardItself) {
 }
 
 TEST(StatePass, CostsAreFractionsOfTheForward) {
-  EXPECT_EQ(state_pass_cost(StatePassKind::forward), 1.0);
-  for (StatePassKind k : {StatePassKind::tensor_core, StatePassKind::fused_tiles}) {
-    EXPECT_GT(state_pass_cost(k), 0.0);
-    EXPECT_LT(state_pass_cost(k), 1.0);
-  }
+  Problem p = problem(1, 1 << 20, 16, 128, 128);  // arithmetic only: the final state is negligible
+  p.chunk = 64;
+  ForwardConfig bf16_h;
+  bf16_h.snapshots = SnapshotMode::bf16;
+  ForwardConfig fp32_h;
+  ForwardConfig no_h;
+  no_h.snapshots = SnapshotMode::none;
+  EXPECT_EQ(state_pass_cost(StatePassKind::forward, p, bf16_h, DType::bf16), 1.0);
+  EXPECT_EQ(state_pass_cost(StatePassKind::fused_tiles, p, bf16_h, DType::bf16), 0.25);
+  // Tensor cores: k and v against q, k, v, o and h, per token and head 512 bytes against 1536 (bf16 h),
+  // 2048 (fp32 h) or 1024 (no h); times 0.78.
+  EXPECT_NEAR(state_pass_cost(StatePassKind::tensor_core, p, bf16_h, DType::bf16), 0.78 / 3, 1e-3);
+  EXPECT_NEAR(state_pass_cost(StatePassKind::tensor_core, p, fp32_h, DType::bf16), 0.78 / 4, 1e-3);
+  EXPECT_NEAR(state_pass_cost(StatePassKind::tensor_core, p, no_h, DType::bf16), 0.78 / 2, 1e-3);
 }
 
 TEST(StatePass, RefusesWhatTheForwardRefuses) {

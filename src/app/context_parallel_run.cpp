@@ -153,7 +153,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   double carry_cost = opt.carry_cost;
   const auto weigh = [&] {
     if (carry_cost < 0)
-      carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input));
+      carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input),
+                                   p, config, s.input);
     const std::string shape = std::to_string(static_cast<int>(s.input)) + ":" + std::to_string(p.DK) + "x" +
                               std::to_string(p.DV) + "/" + std::to_string(p.chunk);
     if (warmed.insert(shape).second) warm_up(p, s.input, config);

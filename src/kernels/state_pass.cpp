@@ -1,6 +1,7 @@
 #include "kernels/state_pass.hpp"
 
 #include "kernels/forward_typed.hpp"
+#include "core/ledger.hpp"
 #include "kernels/state_pass_run.hpp"
 
 #include <stdexcept>
@@ -25,10 +26,18 @@ StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DTy
   return StatePassKind::forward;
 }
 
-double state_pass_cost(StatePassKind k) {
+double state_pass_cost(StatePassKind k, const Problem& p, const ForwardConfig& config, DType input) {
   switch (k) {
-    case StatePassKind::tensor_core: return 0.26;
-    case StatePassKind::fused_tiles: return 0.25;
+    case StatePassKind::tensor_core: {
+      // Measured on the H200 (bench --state-pass): 0.254 of the forward at 1,1048576,16,128 with bf16 h
+      // (bytes 1/3), 0.189 at 1,262144,16,128 with fp32 h (bytes 1/4): 0.76 of the bytes' ratio; 0.84 at
+      // 1,524288,16,128.
+      const DType snap = snapshot_dtype(input, config.snapshots);
+      const ByteCounts forward = count_bytes(p, input, output_dtype(input, config),
+                                             config.snapshots == SnapshotMode::none ? nullptr : &snap, false);
+      return 0.78 * (forward.k + forward.v) / forward.total();
+    }
+    case StatePassKind::fused_tiles: return 0.25;  // bench --state-pass on the 2-core CPU: 0.20 to 0.28
     case StatePassKind::forward: return 1.0;
   }
   return 1.0;

@@ -20,10 +20,13 @@ enum class StatePassKind {
 const char* state_pass_kind_name(StatePassKind k);
 StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DType input);
 
-// The state pass's kernel time as a fraction of the forward's on the same
-// tokens, measured (docs/BENCHMARKS.md "Context parallel"); the forward's 1.
-// Context parallel cuts the segments by it (parallel/segment_plan.hpp).
-double state_pass_cost(StatePassKind k);
+// The state pass's kernel time as a fraction of a forward's on the same
+// tokens with `config` (BENCHMARKS.md "Several ranks"): on tensor cores both
+// are bound by memory, so it is their minimum bytes' ratio (core/ledger.hpp:
+// k and v against the forward's q, k, v, o and h) times 0.78, measured; the
+// fused tiles' 0.25, measured on the CPU; the forward's 1. Context parallel
+// cuts the segments by it (parallel/segment_plan.hpp).
+double state_pass_cost(StatePassKind k, const Problem& p, const ForwardConfig& config, DType input);
 
 struct StatePassOutput {
   Tensor final_state;  // [N, H, DK, DV] in the accumulation type
