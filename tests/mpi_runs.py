@@ -198,6 +198,9 @@ check(len(chunks) == 3 and sum(chunks) == 16 and chunks[0] > chunks[1] and chunk
 check(rank_chunks(results[("cp", 3)], "cp_plain.h5:case0") == [5, 5, 6], "3 ranks, --carry-cost 0: even split")
 check(rank_chunks(results[("cpnorm", 2)], "cp_norm.h5:case0") == [8, 8],
       "normalized (the state pass is the forward): even split")
+# One rank, started by hand (MPI never started): an ordinary file, the same bits as run.
+run(["run", "--context-parallel", *sets["cp"], "-o", out("cp_alone"), "--no-fsync"])
+compare_folders(out("cp1"), out("cp_alone"), "context parallel without mpirun")
 compare_folders(out("cp1"), out("cp2"), "context parallel on 2 ranks")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
 
