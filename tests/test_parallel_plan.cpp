@@ -7,6 +7,7 @@
 #include "app/case_result_message.hpp"
 #include "parallel/case_assignment.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/rank_cpus.hpp"
 #include "parallel/segment_plan.hpp"
 
 #include <gtest/gtest.h>
@@ -222,6 +223,16 @@ TEST(SegmentPlan, CarryRoutesFollowTheChains) {
   EXPECT_EQ(parallel::carry_route(q, t, 2).carry_of, 1);
   EXPECT_EQ(parallel::carry_route(q, t, 2).start_from, -1);
   EXPECT_EQ(parallel::carry_route(q, t, 1).start_to, -1);
+}
+
+TEST(RankCpus, ABindingToOneCpuWidensToTheRanksShare) {
+  using parallel::widened_cpus;
+  EXPECT_EQ(widened_cpus(1, 16, 0, 2), (std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_EQ(widened_cpus(1, 16, 1, 2), (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+  EXPECT_EQ(widened_cpus(1, 10, 2, 3), (std::vector<int>{6, 7, 8, 9}));  // [20 / 3, 30 / 3)
+  EXPECT_TRUE(widened_cpus(4, 16, 0, 2).empty());  // bound to several CPUs: the user's choice stays
+  EXPECT_TRUE(widened_cpus(1, 2, 0, 2).empty());   // a share of one CPU: nothing to gain
+  EXPECT_TRUE(widened_cpus(1, 16, 2, 2).empty());  // not a rank of this node
 }
 
 TEST(CaseResultMessage, RoundTrip) {

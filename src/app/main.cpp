@@ -3,6 +3,7 @@
 #include "app/command.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/local_device.hpp"
+#include "parallel/rank_cpus.hpp"
 #include "pipeline/read_process.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -51,6 +52,11 @@ int main(int argc, char** argv) {
 
   // MPI (when launched by mpirun) before Kokkos, which needs the rank's GPU; finalized after it.
   linattn::parallel::Session mpi(argc, argv);
+  if (linattn::parallel::size() > 1) {  // before any reader process is forked (parallel/rank_cpus.hpp)
+    const std::string note =
+        linattn::parallel::widen_binding(linattn::parallel::local_rank(), linattn::parallel::local_size());
+    if (!note.empty() && linattn::parallel::rank() == 0) std::cerr << "linattn: ranks " << note << std::endl;
+  }
   Kokkos::ScopeGuard kokkos(kokkos_settings());
   for (const linattn::Command& command : commands) {
     if (!command.parser->parsed()) continue;
