@@ -151,7 +151,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   // (choose_segments): its bits differ from one rank's there anyway (docs/PARALLEL.md).
   const ForwardConfig& config = opt.forward;
   double carry_cost = opt.carry_cost;
-  const auto weigh = [&] {
+  const auto prepare_kernels = [&] {  // the state pass's cost, and each configuration warmed up once
     if (carry_cost < 0)
       carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input),
                                    p, config, s.input);
@@ -159,7 +159,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
                               std::to_string(p.DV) + "/" + std::to_string(p.chunk);
     if (warmed.insert(shape).second) warm_up(p, s.input, config);
   };
-  if (failed_anywhere(attempt(r, weigh), r)) return;
+  if (failed_anywhere(attempt(r, prepare_kernels), r)) return;
   const std::vector<Window> segments = parallel::plan_segments(p, parallel::size(), carry_cost);
   const Window& w = segments[static_cast<std::size_t>(rank)];
   const bool works = w.chunks > 0;

@@ -143,9 +143,9 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   VariantTiming row;
   row.state_pass = true;
   row.gemm = kind == StatePassKind::tensor_core ? GemmPath::tensor_core : choose_path_here<In>(p, cfg).path;
-  const double tokens = double(p.B) * p.T * p.H;
-  row.flops = 2.0 * tokens * p.DK * p.DV;
-  row.min_bytes = tokens * (p.DK + p.DV) * sizeof(In) + double(p.num_sequences()) * p.H * p.DK * p.DV * sizeof(Acc);
+  row.flops = 2.0 * double(p.B) * p.T * p.H * p.DK * p.DV;  // K^T V per token
+  const ByteCounts bytes = count_bytes(p, bc.dtype, bc.dtype, nullptr, false);  // what it reads and writes of these
+  row.min_bytes = bytes.k + bytes.v + bytes.final_state;
   set_times(row, ms, copy_gbps);
   const auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.final_state);
   const auto theirs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), forward.final_state);

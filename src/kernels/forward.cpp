@@ -66,6 +66,15 @@ void check_forward(const Problem& p, const ForwardConfig& config, DType input) {
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
 }
 
+void check_initial_rows(const Problem& p, const ForwardConfig& config, const Tensor* initial_state,
+                        const Tensor* initial_z) {
+  if (initial_state) require_shape(*initial_state, p.state_shape(), "initial_state");
+  if (initial_z) {
+    if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
+    require_shape(*initial_z, p.z_shape(), "z_state (initial)");
+  }
+}
+
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
                           const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
   check_forward(p, config, q.dtype);
@@ -75,11 +84,7 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
   if (k.dtype != q.dtype || v.dtype != q.dtype)
     throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
                                 dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
-  if (initial_state) require_shape(*initial_state, p.state_shape(), "initial_state");
-  if (initial_z) {
-    if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
-    require_shape(*initial_z, p.z_shape(), "z_state (initial)");
-  }
+  check_initial_rows(p, config, initial_state, initial_z);
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
     throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");

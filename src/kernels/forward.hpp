@@ -56,6 +56,11 @@ PathChoice choose_forward_path(const Problem& p, const ForwardConfig& config, DT
 // and choose_forward_path's refusal (std::invalid_argument saying why).
 void check_forward(const Problem& p, const ForwardConfig& config, DType input);
 
+// The checks of the optional initial rows: initial_state [N, H, DK, DV], and
+// initial_z [N, H, DK] only with normalize (std::invalid_argument saying why).
+void check_initial_rows(const Problem& p, const ForwardConfig& config, const Tensor* initial_state,
+                        const Tensor* initial_z);
+
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.
 // initial_state is [N, H, DK, DV] and initial_z [N, H, DK] (N = B for a plain

@@ -110,11 +110,7 @@ StatePassOutput run_state_pass(const Problem& p, const ForwardConfig& config, co
   require_shape(k, p.qk_shape(), "k");
   require_shape(v, p.v_shape(), "v");
   if (v.dtype != k.dtype) throw std::invalid_argument("k and v must share one dtype");
-  if (initial_state) require_shape(*initial_state, p.state_shape(), "initial_state");
-  if (initial_z) {
-    if (!config.normalize) throw std::invalid_argument("an initial z_state is only used with normalize");
-    require_shape(*initial_z, p.z_shape(), "z_state (initial)");
-  }
+  check_initial_rows(p, config, initial_state, initial_z);
   switch (k.dtype) {
     case DType::f16: return run_state_kernel<fp16_t>(p, config, kind, k, v, initial_state, initial_z);
     case DType::bf16: return run_state_kernel<bf16_t>(p, config, kind, k, v, initial_state, initial_z);

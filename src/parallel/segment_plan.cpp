@@ -6,10 +6,17 @@
 
 namespace linattn::parallel {
 
+namespace {
+
+// A state pass that is free, or no cheaper than the forward, gains nothing from uneven shares.
+bool splits_evenly(double carry_cost) { return carry_cost == 0.0 || carry_cost >= 1.0; }
+
+}  // namespace
+
 std::vector<double> segment_shares(int ranks, double carry_cost) {
   if (ranks < 1) throw std::invalid_argument("segment_shares: ranks must be at least 1");
   if (!(carry_cost >= 0.0)) throw std::invalid_argument("segment_shares: the carry cost must be at least 0");
-  const bool even = carry_cost == 0.0 || carry_cost >= 1.0;
+  const bool even = splits_evenly(carry_cost);
   std::vector<double> g(static_cast<std::size_t>(ranks), 1.0);
   for (std::size_t r = 1; r < g.size() && !even; ++r) g[r] = 1.0 - carry_cost * g[r - 1];
   double sum = 0.0;
@@ -25,7 +32,7 @@ std::vector<Window> plan_segments(const Problem& p, int ranks, double carry_cost
   // The first chunk of each segment, then G: integer arithmetic for even shares.
   std::vector<std::int64_t> cuts(static_cast<std::size_t>(ranks) + 1, G);
   const std::vector<double> shares = segment_shares(ranks, carry_cost);
-  const bool even = std::all_of(shares.begin(), shares.end(), [&](double s) { return s == shares[0]; });
+  const bool even = splits_evenly(carry_cost);
   double before = 0.0;
   for (int r = 0; r < ranks; ++r) {
     cuts[static_cast<std::size_t>(r)] =
