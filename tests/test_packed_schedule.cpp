@@ -76,7 +76,7 @@ void expect_covers_every_chunk_once(const std::vector<std::int64_t>& cu, const P
 // fla's ragged shapes: lengths 1, 63, 64, 65 and 300 give 1, 1, 1, 2 and 5 chunks.
 TEST(PackedSchedule, RaggedLengthsTakeWholeChunks) {
   const auto cu = offsets({1, 63, 64, 65, 300});
-  const PackedSchedule s = schedule_packed(cu, 64, 4, 64, kSms, 0);
+  const PackedSchedule s = schedule_packed(cu, 64, 4, 128, 64, kSms, 0);
   expect_covers_every_chunk_once(cu, s);
   EXPECT_EQ(s.walks.size(), 5u);  // far below a wave: nothing to split
   EXPECT_EQ(s.sum_rows, 0);
@@ -92,7 +92,7 @@ TEST(PackedSchedule, RaggedLengthsTakeWholeChunks) {
 TEST(PackedSchedule, MeasuredBatchesSplitWhereItPaid) {
   const std::vector<std::int64_t> eight = {1583, 791, 2570, 5668, 2326, 8392, 9730, 1708};
   const auto cu8 = offsets(eight);
-  const PackedSchedule s8 = schedule_packed(cu8, 64, 32, 64, kSms, 0);
+  const PackedSchedule s8 = schedule_packed(cu8, 64, 32, 128, 64, kSms, 0);
   expect_covers_every_chunk_once(cu8, s8);
   EXPECT_EQ(s8.max_segments, 1);
   EXPECT_EQ(s8.walks.front().c_end, 153);
@@ -101,7 +101,7 @@ TEST(PackedSchedule, MeasuredBatchesSplitWhereItPaid) {
                                                 4184, 560,  1142, 5450, 2743, 1910, 1530,  416,  598,  4836, 1864,
                                                 994,  944,  1136, 4466, 11164, 365, 5430, 2474, 27,   3416};
   const auto cu32 = offsets(thirty_two);
-  const PackedSchedule s32 = schedule_packed(cu32, 64, 16, 128, kSms, 0);
+  const PackedSchedule s32 = schedule_packed(cu32, 64, 16, 128, 128, kSms, 0);
   expect_covers_every_chunk_once(cu32, s32);
   EXPECT_GT(s32.max_segments, 1);
   const int longest_walk = s32.walks.front().c_end - s32.walks.front().c_begin;
@@ -112,7 +112,7 @@ TEST(PackedSchedule, MeasuredBatchesSplitWhereItPaid) {
 // to about the batch's steps per SM, so that it no longer sets the time alone.
 TEST(PackedSchedule, OneSequenceWithNinetyPercentIsSplit) {
   const auto cu = offsets({2000, 36000, 1000, 1000});  // 40,000 tokens, 8 heads, DV 64: 627 chunks, 38 steps per SM
-  const PackedSchedule s = schedule_packed(cu, 64, 8, 64, kSms, 0);
+  const PackedSchedule s = schedule_packed(cu, 64, 8, 128, 64, kSms, 0);
   expect_covers_every_chunk_once(cu, s);
   EXPECT_GE(s.max_segments, 8);
   for (const TensorCoreWork& w : s.walks) EXPECT_LE(w.c_end - w.c_begin, 2 * 38);
@@ -126,7 +126,7 @@ TEST(PackedSchedule, ThousandfoldLengthsAreBalanced) {
   lengths.push_back(64000);
   lengths.push_back(70);
   const auto cu = offsets(lengths);
-  const PackedSchedule s = schedule_packed(cu, 64, 16, 128, kSms, 0);
+  const PackedSchedule s = schedule_packed(cu, 64, 16, 128, 128, kSms, 0);
   expect_covers_every_chunk_once(cu, s);
   EXPECT_GT(s.max_segments, 1);
   for (const TensorCoreWork& w : s.walks) EXPECT_LE(w.c_end - w.c_begin, 166);
@@ -136,24 +136,24 @@ TEST(PackedSchedule, ThousandfoldLengthsAreBalanced) {
 // against the batch's steps per SM; whole and split costs as the comment of
 // choose_packed_split states them.
 TEST(PackedSchedule, SplitModel) {
-  EXPECT_EQ(choose_packed_split({}, 4, 64, kSms), 0);
-  EXPECT_EQ(choose_packed_split(std::vector<int>(500, 20), 16, 128, kSms), 0);  // 20 chunks each, 1212 steps per SM
+  EXPECT_EQ(choose_packed_split({}, 4, 128, 64, kSms), 0);
+  EXPECT_EQ(choose_packed_split(std::vector<int>(500, 20), 16, 128, 128, kSms), 0);  // 20 chunks each, 1212 steps per SM
   // 15 chunks alone: whole 15 t; in two (8 + 7): 8 + 0.5 * 8 = 12 t. Segments keep 8 chunks: no finer cut.
-  EXPECT_EQ(choose_packed_split({15}, 1, 64, kSms), 8);
+  EXPECT_EQ(choose_packed_split({15}, 1, 128, 64, kSms), 8);
   // One sequence of 1000 chunks on 16 heads (16,000 steps, 121 per SM): whole 1000 t; in 10
   // pieces of 100, max(100, 121) + 0.5 * max(100, 9 * 100 * 16 / 132) = 175.5 t, the cheapest
   // (9 pieces of 112: 177 t; 64 pieces of 16: 182 t, the sum pass's steps grow).
-  EXPECT_EQ(choose_packed_split({1000}, 16, 128, kSms), 100);
+  EXPECT_EQ(choose_packed_split({1000}, 16, 128, 128, kSms), 100);
 }
 
 // segments = 1 never splits; N > 1 cuts every sequence into N (fewer when shorter).
 TEST(PackedSchedule, ExplicitSegmentCounts) {
   const auto cu = offsets({64 * 20, 64 * 2, 5});
-  const PackedSchedule one = schedule_packed(cu, 64, 2, 64, kSms, 1);
+  const PackedSchedule one = schedule_packed(cu, 64, 2, 128, 64, kSms, 1);
   expect_covers_every_chunk_once(cu, one);
   EXPECT_EQ(one.walks.size(), 3u);
   EXPECT_EQ(one.sum_rows, 0);
-  const PackedSchedule eight = schedule_packed(cu, 64, 2, 64, kSms, 8);
+  const PackedSchedule eight = schedule_packed(cu, 64, 2, 128, 64, kSms, 8);
   expect_covers_every_chunk_once(cu, eight);
   EXPECT_EQ(eight.max_segments, 7);  // 20 chunks in 8: 7 segments of 3 (split_segments)
   EXPECT_EQ(eight.walks.size(), 7u + 2u + 1u);
@@ -163,7 +163,7 @@ TEST(PackedSchedule, ExplicitSegmentCounts) {
 // An empty sequence still gets a block: it writes its final state (the initial one).
 TEST(PackedSchedule, EmptySequenceStillHasAWalk) {
   const auto cu = offsets({100, 0, 30});
-  const PackedSchedule s = schedule_packed(cu, 64, 1, 32, kSms, 0);
+  const PackedSchedule s = schedule_packed(cu, 64, 1, 128, 32, kSms, 0);
   expect_covers_every_chunk_once(cu, s);
   EXPECT_EQ(s.walks.size(), 3u);
 }

@@ -295,7 +295,7 @@ TEST(PathChoice, Chunk32WithTensorCoreIsRefusedWithTheShapeRule) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.chunk = 32;
   const std::string why = refusal_of(f);
-  EXPECT_TRUE(contains(why, "chunk 64, DK 64 or 128 and DV a multiple of 32 (here chunk 32")) << why;
+  EXPECT_TRUE(contains(why, "chunk 64, DK in 1..256 and DV in 1..512 (here chunk 32")) << why;
 }
 
 TEST(PathChoice, BlockDv48WithTensorCoreIsRefused) {
@@ -304,11 +304,42 @@ TEST(PathChoice, BlockDv48WithTensorCoreIsRefused) {
   EXPECT_TRUE(contains(refusal_of(f), "block_dv 32, 64 or 128, not 48"));
 }
 
-TEST(PathChoice, BlockDvNotDividingDvWithTensorCoreIsRefused) {
+// Every head size up to DK 256 and DV 512 runs on tensor cores, padded on chip
+// (tile_rules.hpp), a block_dv that does not divide DV too; past those bounds
+// the refusal says the rule.
+TEST(PathChoice, EveryHeadSizeUpTo256By512TakesTensorCores) {
+  for (std::int64_t dk : {1, 16, 32, 48, 60, 96, 100, 192, 256})
+    for (std::int64_t dv : {1, 16, 60, 96, 100, 256, 512}) {
+      PathFacts f = asking(on_cuda(), GemmPath::automatic);
+      f.DK = dk;
+      f.DV = dv;
+      EXPECT_EQ(path_of(f), GemmPath::tensor_core) << "DK " << dk << " DV " << dv;
+    }
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.DV = 96;
   f.block_dv = 64;
-  EXPECT_TRUE(contains(refusal_of(f), "DV 96 is not a multiple of block_dv 64"));
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  for (auto [dk, dv] : {std::pair<std::int64_t, std::int64_t>{257, 64}, {64, 513}}) {
+    f.DK = dk;
+    f.DV = dv;
+    f.block_dv = 0;
+    EXPECT_TRUE(contains(refusal_of(f), "DK in 1..256 and DV in 1..512 (here chunk 64, DK " + std::to_string(dk)))
+        << refusal_of(f);
+    f.requested = GemmPath::automatic;
+    EXPECT_NE(path_of(f), GemmPath::tensor_core);
+    f.requested = GemmPath::tensor_core;
+  }
+}
+
+// A 256-row DK tile leaves registers for one group of 32 columns a block.
+TEST(PathChoice, BlockDvWiderThanTheDkTileAllowsIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.DK = 192;
+  f.DV = 128;
+  f.block_dv = 64;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 64 is wider than DK 192 allows (32)")) << refusal_of(f);
+  f.block_dv = 32;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 TEST(PathChoice, BTimesH65536WithTensorCoreIsRefused) {
@@ -386,7 +417,7 @@ TEST(PathChoice, SegmentsOnHostAreRefused) {
 // The --gemm help states the tensor-core shape with the words of the refusal.
 TEST(PathChoice, HelpStatesTheTensorCoreRule) {
   const std::string help = gemm_option_help();
-  EXPECT_TRUE(contains(help, "chunk 64, DK 64 or 128 and DV a multiple of 32")) << help;
+  EXPECT_TRUE(contains(help, "chunk 64, DK in 1..256 and DV in 1..512")) << help;
   EXPECT_TRUE(contains(help, "B * H <= 65535")) << help;
 }
 

@@ -9,41 +9,40 @@
 namespace linattn::cuda {
 namespace {
 
-TEST(SegmentSplit, WidestBlockDividingDv) {
-  EXPECT_EQ(widest_block_dv(256), 128);
-  EXPECT_EQ(widest_block_dv(128), 128);
-  EXPECT_EQ(widest_block_dv(192), 64);
-  EXPECT_EQ(widest_block_dv(64), 64);
-  EXPECT_EQ(widest_block_dv(96), 32);
-  EXPECT_EQ(widest_block_dv(32), 32);
-}
 
 // The H200 has 132 SMs. One sequence of 32768 tokens (512 chunks), 32 heads,
 // DV 128: 32 blocks, so 132 / 32 = 4 segments (the measured best).
 TEST(SegmentSplit, OneLongSequenceIsCutToFillTheSms) {
-  EXPECT_EQ(choose_segments(1, 32, 512, 128, 132), 4);
+  EXPECT_EQ(choose_segments(1, 32, 512, 128, 128, 132), 4);
 }
 
 // Two sequences of 16384 tokens: 64 blocks, 2 segments.
 TEST(SegmentSplit, TwoSequencesAreCutInTwo) {
-  EXPECT_EQ(choose_segments(2, 32, 256, 128, 132), 2);
+  EXPECT_EQ(choose_segments(2, 32, 256, 128, 128, 132), 2);
 }
 
 // 8 x 32 heads at DV 128 are 256 blocks, already more than the SMs.
 TEST(SegmentSplit, ManySequencesAreNotCut) {
-  EXPECT_EQ(choose_segments(8, 32, 256, 128, 132), 1);
+  EXPECT_EQ(choose_segments(8, 32, 256, 128, 128, 132), 1);
 }
 
 // 4 blocks would allow 33 segments, but a segment holds at least 8 chunks:
 // 20 chunks give 2 segments, 15 chunks none.
 TEST(SegmentSplit, ShortSequencesKeepEightChunksPerSegment) {
-  EXPECT_EQ(choose_segments(1, 4, 20, 64, 132), 2);
-  EXPECT_EQ(choose_segments(1, 4, 15, 64, 132), 1);
+  EXPECT_EQ(choose_segments(1, 4, 20, 128, 64, 132), 2);
+  EXPECT_EQ(choose_segments(1, 4, 15, 128, 64, 132), 1);
 }
 
 // DV 96 has blocks of 32 columns: 8 heads x 3 = 24 blocks, 132 / 24 = 5 segments.
 TEST(SegmentSplit, BlocksCountedAtTheWidestWidth) {
-  EXPECT_EQ(choose_segments(1, 8, 100, 96, 132), 5);
+  EXPECT_EQ(choose_segments(1, 8, 100, 128, 96, 132), 5);
+}
+
+// DK 256 allows blocks of 32 columns only: DV 128 is 4 blocks a head,
+// 8 heads 32 blocks, 132 / 32 = 4 segments (DK 128: one block a head, 16).
+TEST(SegmentSplit, BlocksCountedAtTheDkTilesWidth) {
+  EXPECT_EQ(choose_segments(1, 8, 200, 256, 128, 132), 4);
+  EXPECT_EQ(choose_segments(1, 8, 200, 128, 128, 132), 16);
 }
 
 TEST(SegmentSplit, EvenCut) {

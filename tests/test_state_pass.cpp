@@ -117,14 +117,19 @@ constexpr bool kHaveTensorCores = false;
 // segments differently: the fp32 level, not bitwise).
 TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernels are not built";
+  // Exact tiles, then heads padded on chip (tile_rules.hpp): DK 100 in the
+  // 128 tile with DV 60 (element-wise copies), DK 192 in the 256 tile.
   Problem a = problem(2, 1000, 3, 128, 96);
   Problem b = problem(1, 4100, 2, 64, 128);
-  a.chunk = b.chunk = 64;
+  Problem c = problem(2, 700, 2, 100, 60);
+  Problem d = problem(1, 900, 2, 192, 80);
+  a.chunk = b.chunk = c.chunk = d.chunk = 64;
   std::uint64_t seed = 7400;
-  for (const Problem& p : {a, b})
+  for (const Problem& p : {a, b, c, d})
     for (DType dtype : {DType::bf16, DType::f16})
       for (bool normalize : {false, true}) {
-        SCOPED_TRACE(std::string(dtype_name(dtype)) + " DK " + std::to_string(p.DK) + (normalize ? " normalize" : ""));
+        SCOPED_TRACE(std::string(dtype_name(dtype)) + " DK " + std::to_string(p.DK) + " DV " + std::to_string(p.DV) +
+                     (normalize ? " normalize" : ""));
         ForwardConfig cfg;
         cfg.normalize = normalize;
         const ProblemInputs in = random_inputs(p, dtype, ++seed, true, normalize, normalize);

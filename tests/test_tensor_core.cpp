@@ -156,7 +156,7 @@ TEST(TensorCore, LongSequenceStateStaysAtFp32Level) {
 }
 
 TEST(TensorCore, UnavailableRequestIsAClearError) {
-  const Problem p = tc_problem(1, 64, 1, 32, 32);  // DK 32: no tensor-core kernel anywhere
+  const Problem p = tc_problem(1, 64, 1, 300, 32);  // DK 300: past every tensor-core tile
   const auto in = random_inputs(p, DType::bf16, 1, false);
   ForwardConfig cfg;
   cfg.gemm = GemmPath::tensor_core;

@@ -1,5 +1,7 @@
 #include "kernels/path_choice.hpp"
 
+#include "kernels/cuda/tile_rules.hpp"
+
 #include <stdexcept>
 #include <utility>
 
@@ -28,9 +30,12 @@ GemmPath parse_gemm_path(const std::string& s) {
 
 namespace {
 
-// The shapes the tensor-core kernel is compiled for (src/kernels/cuda/fused_tensor_core.hpp).
-constexpr const char* kTensorCoreShape = "chunk 64, DK 64 or 128 and DV a multiple of 32";
-bool tensor_core_shape(const PathFacts& f) { return f.chunk == 64 && (f.DK == 64 || f.DK == 128) && f.DV % 32 == 0; }
+// The shapes the tensor-core kernel runs (src/kernels/cuda/tile_rules.hpp): any
+// head up to DK 256 and DV 512, zero-padded on chip to its tiles.
+constexpr const char* kTensorCoreShape = "chunk 64, DK in 1..256 and DV in 1..512";
+bool tensor_core_shape(const PathFacts& f) {
+  return f.chunk == 64 && f.DK >= 1 && f.DK <= cuda::kMaxTensorCoreDK && f.DV >= 1 && f.DV <= cuda::kMaxTensorCoreDV;
+}
 
 // Its grid has one row per (batch, head): CUDA's limit on grid rows.
 constexpr std::int64_t kMaxGridRows = 65535;
@@ -48,8 +53,10 @@ std::string tensor_core_refusal(const PathFacts& f) {
            ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
   if (f.block_dv != 0 && f.block_dv != 32 && f.block_dv != 64 && f.block_dv != 128)
     return "the tensor-core kernel takes block_dv 32, 64 or 128, not " + std::to_string(f.block_dv);
-  if (f.block_dv != 0 && f.DV % f.block_dv != 0)
-    return "DV " + std::to_string(f.DV) + " is not a multiple of block_dv " + std::to_string(f.block_dv);
+  const int widest = cuda::max_block_dv(cuda::dk_tile(static_cast<int>(f.DK)));
+  if (f.block_dv > widest)
+    return "block_dv " + std::to_string(f.block_dv) + " is wider than DK " + std::to_string(f.DK) + " allows (" +
+           std::to_string(widest) + ")";
   if (f.B * f.H > kMaxGridRows)
     return "B * H = " + std::to_string(f.B * f.H) + " exceeds the CUDA grid limit of " + std::to_string(kMaxGridRows);
   return {};
@@ -102,7 +109,7 @@ std::string gemm_option_help() {
   return std::string("Tile products. auto: tensorcore where it can run, else hosttile on host backends, else "
                      "registers (fused and materialized, when their tiles fit the team scratch), else "
                      "kokkoskernels. tensorcore: CUDA, fused, fp16/bf16 inputs, ") +
-         kTensorCoreShape + ", block_dv 32, 64 or 128 dividing DV (or 0), B * H <= " + std::to_string(kMaxGridRows) +
+         kTensorCoreShape + ", block_dv 32, 64 or 128 (32 above DK 128; or 0), B * H <= " + std::to_string(kMaxGridRows) +
          ", plain or packed batches. registers: portable register-blocked kernels, fused and materialized. "
          "hosttile: host backends, every variant. kokkoskernels: portable KokkosBatched tile GEMMs, every backend "
          "and variant. A choice other than auto that cannot run is refused with the reason";

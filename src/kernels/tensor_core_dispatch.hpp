@@ -12,6 +12,11 @@
 
 #if defined(KOKKOS_ENABLE_CUDA)
 #include "kernels/cuda/fused_tensor_core.hpp"
+#include "kernels/cuda/fused_tensor_core_types.hpp"
+
+namespace linattn::cuda {
+LINATTN_TC_FORWARD_TYPES(LINATTN_TC_FORWARD_EXTERN)  // compiled once, in fused_tensor_core_*.cpp
+}  // namespace linattn::cuda
 #endif
 
 namespace linattn {

@@ -1,5 +1,8 @@
 // The `fused` forward on NVIDIA tensor cores (sm_80+: mma.sync m16n8k16 with
-// bf16/fp16 operands and fp32 accumulation), for chunk 64 and DK in {64, 128}.
+// bf16/fp16 operands and fp32 accumulation), for chunk 64 and every head size
+// up to DK 256 (tile_rules.hpp): DK is zero-padded on chip to a tile of 64,
+// 128 or 256 rows and DV to blocks of 32, 64 or 128 columns; shapes the tiles
+// hold exactly run an instantiation without bounds checks (kPad = false).
 //
 // Why a CUDA kernel and not a Kokkos TeamPolicy: double-buffered bf16 tiles of
 // Q, K, V plus the bf16 copy of the state need 80-120 KB of shared memory per
@@ -32,6 +35,7 @@
 
 #include "kernels/cuda/packed_schedule.hpp"
 #include "kernels/cuda/segment_split.hpp"
+#include "kernels/cuda/tile_rules.hpp"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -102,7 +106,7 @@ template <bool kPacked>
 __device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
   BlockWork w;
   if constexpr (kPacked) {
-    const int nbv = a.DV / BV, rest = blockIdx.x / nbv;
+    const int nbv = (a.DV + BV - 1) / BV, rest = blockIdx.x / nbv;
     const TensorCoreWork item = a.work[rest / a.H];
     w.head = rest % a.H;
     w.v0 = (blockIdx.x % nbv) * BV;
@@ -287,6 +291,39 @@ template <>
 __device__ inline void store_pair<__half>(__half* p, float a, float b) {
   *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
 }
+__device__ inline void store_one(float* p, float a) { *p = a; }
+__device__ inline void store_one(__nv_bfloat16* p, float a) { *p = __float2bfloat16_rn(a); }
+__device__ inline void store_one(__half* p, float a) { *p = __float2half_rn(a); }
+
+// Padded tiles (kPad): 8 elements of a row (16 bytes of 16-bit elements) into
+// shared memory, those at columns >= n (or all, when the row is past the end)
+// zero: a 16-byte asynchronous copy where rows start on 16 bytes (vec), else
+// element by element.
+template <class E>
+__device__ inline void load_eight(E* dst, const E* row, int col, int n, bool in, bool vec) {
+  if (vec) {
+    const bool any = in && col < n;
+    cp_async16(dst, any ? row + col : row, any ? 16 : 0);
+    return;
+  }
+  const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(row);
+  std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst);
+  #pragma unroll
+  for (int e = 0; e < 8; ++e) out[e] = in && col + e < n ? src[col + e] : std::uint16_t(0);
+}
+// n_per elements from shared memory to device memory, those at columns < n:
+// one 16-byte store where rows start on 16 bytes, else element by element.
+template <class T>
+__device__ inline void store_piece(T* dst, const T* src, int col, int n, bool vec) {
+  constexpr int n_per = 16 / int(sizeof(T));
+  if (vec) {
+    if (col < n) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    return;
+  }
+  #pragma unroll
+  for (int e = 0; e < n_per; ++e)
+    if (col + e < n) dst[e] = src[e];
+}
 
 // With fp32 o the state operand of Q S is split into hi + lo 16-bit parts
 // (fp32-accurate o); with 16-bit o it is rounded once to 16 bits, as fla's
@@ -303,6 +340,23 @@ constexpr bool kSplitState = sizeof(OutT) == 4;
 // that tile holds S_lo, and such snapshots still leave from registers.
 template <class E, class OutT, class SnapT>
 constexpr bool kStageSnapshot = sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<OutT>;
+
+// z's columns d, d + 1 of a row of dk (kPad: those past dk read as zero and
+// not written; an odd dk leaves pairs off 8 bytes).
+template <bool kPad>
+__device__ inline float2 load_z_pair(const float* row, int d, int dk) {
+  if (!kPad) return *reinterpret_cast<const float2*>(row + d);
+  return make_float2(d < dk ? row[d] : 0.0f, d + 1 < dk ? row[d + 1] : 0.0f);
+}
+template <bool kPad>
+__device__ inline void store_z_pair(float* row, int d, int dk, float2 z) {
+  if (!kPad) {
+    *reinterpret_cast<float2*>(row + d) = z;
+    return;
+  }
+  if (d < dk) row[d] = z.x;
+  if (d + 1 < dk) row[d + 1] = z.y;
+}
 
 template <int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize>
 struct Layout {
@@ -328,7 +382,10 @@ struct Layout {
   static constexpr std::size_t bytes = z_offset + z_bytes;
 };
 
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked>
+// DK is the DK tile (tile_rules.hpp); args.DK the head's keys. With kPad the
+// rows past args.DK and the columns past args.DV are zero on chip and never
+// stored; without it the tiles hold the head exactly.
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked, bool kPad>
 __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
@@ -378,10 +435,13 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   const int T = work.length, NT = work.num_chunks;  // this block's sequence
   // This block's chunks [c_begin, c_end): a whole sequence, or one segment of it.
   const int c_begin = work.c_begin, c_end = work.c_end;
-  const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * DK;
-  const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * DK;
+  // The head's keys, and this block's columns that exist (kPad; else the tiles' own).
+  const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
+  const bool vec = !kPad || rows_in_16_bytes(dk, DV);
+  const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * dk;
+  const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (work.token0 * H + hh) * DV + v0;
-  const std::size_t qk_token = std::size_t(H) * DK, v_token = std::size_t(H) * DV;
+  const std::size_t qk_token = std::size_t(H) * dk, v_token = std::size_t(H) * DV;
 
   // Chunk c's tiles into buffer buf as 16-byte asynchronous copies, in
   // kLoadPieces pieces per thread (Q and K rows, then V rows), spread over the
@@ -403,12 +463,23 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
     if (p < qk_pieces) {
       const int r = qk_row + p * (kThreads / qk_segs), t = t0 + r;
       if (r >= kChunk) return;
+      if constexpr (kPad) {
+        const std::size_t row = std::size_t(t < T ? t : 0) * qk_token;
+        load_eight(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + row, qk_col, dk, t < T, vec);
+        load_eight(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + row, qk_col, dk, t < T, vec);
+        return;
+      }
       const std::size_t off = std::size_t(t < T ? t : 0) * qk_token + qk_col;
       cp_async16(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + off, t < T ? 16 : 0);
       cp_async16(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + off, t < T ? 16 : 0);
     } else {
       const int r = v_row + (p - qk_pieces) * (kThreads / v_segs), t = t0 + r;
       if (r >= kChunk) return;
+      if constexpr (kPad) {
+        load_eight(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token, v_col,
+                   n_cols, t < T, vec);
+        return;
+      }
       cp_async16(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token + v_col,
                  t < T ? 16 : 0);
     }
@@ -426,7 +497,10 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
-        s[mt][nt][e] = args.initial_state ? args.initial_state[(std::size_t(work.state_row) * DK + row) * DV + v0 + cg + col] : 0.0f;
+        const bool held = !kPad || (row < dk && cg + col < n_cols);
+        s[mt][nt][e] = args.initial_state && held
+                           ? args.initial_state[(std::size_t(work.state_row) * dk + row) * DV + v0 + cg + col]
+                           : 0.0f;
       }
   for (int j = 0; j < work.seg; ++j)  // plus the sums of the segments before this one
     #pragma unroll
@@ -436,7 +510,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
-          s[mt][nt][e] += args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * DK + row) * DV + v0 + cg + col];
+          if (!kPad || (row < dk && cg + col < n_cols))
+            s[mt][nt][e] += args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * dk + row) * DV + v0 + cg + col];
         }
 
   // Normalization: z before chunk c in z_s[c & 1]; thread p < DK/2 owns its
@@ -448,10 +523,10 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   if constexpr (kNormalize) {
     if (threadIdx.x < kPairs) {
       const int d = 2 * threadIdx.x;
-      float2 z = args.initial_z ? *reinterpret_cast<const float2*>(args.initial_z + std::size_t(work.state_row) * DK + d)
+      float2 z = args.initial_z ? load_z_pair<kPad>(args.initial_z + std::size_t(work.state_row) * dk, d, dk)
                                 : make_float2(0.0f, 0.0f);
       for (int j = 0; j < work.seg; ++j) {
-        const float2 x = *reinterpret_cast<const float2*>(args.seg_zsums + (std::size_t(work.sum_row0) + std::size_t(j) * H) * DK + d);
+        const float2 x = load_z_pair<kPad>(args.seg_zsums + (std::size_t(work.sum_row0) + std::size_t(j) * H) * dk, d, dk);
         z.x += x.x;
         z.y += x.y;
       }
@@ -489,13 +564,19 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
             if constexpr (kStaged)
               *reinterpret_cast<std::uint32_t*>(s_lo + row * L::v_stride + cg + col) = Elem<SnapT>::pack(x0, x1);
           }
+          const bool held0 = !kPad || (row < dk && cg + col < n_cols), held1 = !kPad || (row < dk && cg + col + 1 < n_cols);
           if (c == NT) {
-            float* f = args.final_state + (std::size_t(work.state_row) * DK + row) * DV + v0 + cg + col;
-            f[0] = x0;
-            f[1] = x1;
+            float* f = args.final_state + (std::size_t(work.state_row) * dk + row) * DV + v0 + cg + col;
+            if (held0) f[0] = x0;
+            if (held1) f[1] = x1;
           } else if (args.h && !snapshots_from_shared && c < c_end) {  // h[c_end] is the next segment's
-            SnapT* p = static_cast<SnapT*>(args.h) + (((work.h_chunk0 + c) * H + hh) * DK + row) * DV + v0 + cg + col;
-            store_pair<SnapT>(p, x0, x1);
+            SnapT* p = static_cast<SnapT*>(args.h) + (((work.h_chunk0 + c) * H + hh) * dk + row) * DV + v0 + cg + col;
+            if (!kPad || (held1 && DV % 2 == 0)) {
+              store_pair<SnapT>(p, x0, x1);
+            } else {  // an odd DV leaves pairs off 8 bytes
+              if (held0) store_one(p, x0);
+              if (held1) store_one(p + 1, x1);
+            }
           }
         }
   };
@@ -512,18 +593,25 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   static_assert(kThreads % h_segs == 0 && kThreads % o_segs == 0, "pieces advance by whole rows");
   const int h_row = threadIdx.x / h_segs, h_col = threadIdx.x % h_segs * 8;
   const int o_row = threadIdx.x / o_segs, o_col = threadIdx.x % o_segs * o_per;
-  SnapT* const h_block = static_cast<SnapT*>(args.h) + (work.h_chunk0 * H + hh) * std::size_t(DK) * DV + v0;
+  SnapT* const h_block = static_cast<SnapT*>(args.h) + (work.h_chunk0 * H + hh) * std::size_t(dk) * DV + v0;
   const E* const h_tile = kStaged ? s_lo : s_hi;  // the snapshot's 16-bit tile
   OutT* const o_block = static_cast<OutT*>(args.o) + (work.token0 * H + hh) * DV + v0;
   auto store_h_piece = [&](int c, int j) {
     const int r = h_row + j * (kThreads / h_segs);
-    if (r < DK)
-      *reinterpret_cast<uint4*>(h_block + std::size_t(c) * H * DK * DV + r * DV + h_col) =
-          *reinterpret_cast<const uint4*>(h_tile + r * L::v_stride + h_col);
+    if (r >= dk) return;
+    const E* src = h_tile + r * L::v_stride + h_col;
+    SnapT* dst = h_block + std::size_t(c) * H * dk * DV + r * DV + h_col;
+    if constexpr (kPad)
+      store_piece(reinterpret_cast<std::uint16_t*>(dst), reinterpret_cast<const std::uint16_t*>(src), h_col, n_cols, vec);
+    else
+      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
   };
   auto store_o_piece = [&](int t0, int j) {
     const int r = o_row + j * (kThreads / o_segs), t = t0 + r;
-    if (r < kChunk && t < T)
+    if (r >= kChunk || t >= T) return;
+    if constexpr (kPad)
+      store_piece(o_block + std::size_t(t) * H * DV + o_col, o_s + r * L::o_stride + o_col, o_col, n_cols, vec);
+    else
       *reinterpret_cast<uint4*>(o_block + std::size_t(t) * H * DV + o_col) =
           *reinterpret_cast<const uint4*>(o_s + r * L::o_stride + o_col);
   };
@@ -734,8 +822,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   cp_async_wait_all();  // an empty sequence's loads (zero-filled) are still in flight
   if constexpr (kNormalize)  // z after the sequence, from the thread that wrote it
     if (c_end == NT && v0 == 0 && threadIdx.x < kPairs)
-      *reinterpret_cast<float2*>(args.z_state + std::size_t(work.state_row) * DK + 2 * threadIdx.x) =
-          *reinterpret_cast<const float2*>(z_s + (c_end & 1) * DK + 2 * threadIdx.x);
+      store_z_pair<kPad>(args.z_state + std::size_t(work.state_row) * dk, 2 * threadIdx.x, dk,
+                         *reinterpret_cast<const float2*>(z_s + (c_end & 1) * DK + 2 * threadIdx.x));
 #endif
 }
 
@@ -760,7 +848,7 @@ struct SumLayout {
   static constexpr std::size_t bytes = std::size_t(kSumStages) * (k_tile + v_tile) * 2;
 };
 
-template <class E, int DK, int BV, bool kNormalize>
+template <class E, int DK, int BV, bool kNormalize, bool kPad>
 __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs args, float* sums, float* zsums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = SumLayout<DK, BV>;
@@ -774,7 +862,7 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
   int T, hh, v0, c_begin, c_end;
   std::size_t token0, row;  // the sequence's first token; the output row
   if (args.work) {
-    const int nbv = DV / BV, rest = blockIdx.x / nbv;
+    const int nbv = (DV + BV - 1) / BV, rest = blockIdx.x / nbv;
     const TensorCoreWork item = args.work[rest / H];
     hh = rest % H;
     v0 = (blockIdx.x % nbv) * BV;
@@ -793,20 +881,25 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
     c_end = min(NT, c_begin + args.seg_chunks);
     row = (std::size_t(b) * gridDim.y + blockIdx.y) * H + hh;
   }
-  const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * DK;
+  // The head's keys and this block's columns that exist (kPad, as in the fused kernel).
+  const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
+  const bool vec = !kPad || rows_in_16_bytes(dk, DV);
+  const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (token0 * H + hh) * DV + v0;
   auto load = [&](int c) {  // always commits a group (empty past the segment) so that waits count uniformly
     const int stage = (c - c_begin) % kSumStages;
     if (c < c_end) {
       for (int i = threadIdx.x; i < kChunk * (DK / 8); i += kThreads) {
         const int r = i / (DK / 8), sg = i % (DK / 8), t = c * kChunk + r;
-        cp_async16(k_s + stage * L::k_tile + r * L::k_stride + sg * 8, k + std::size_t(t < T ? t : 0) * H * DK + sg * 8,
-                   t < T ? 16 : 0);
+        E* dst = k_s + stage * L::k_tile + r * L::k_stride + sg * 8;
+        if constexpr (kPad) load_eight(dst, k + std::size_t(t < T ? t : 0) * H * dk, sg * 8, dk, t < T, vec);
+        else cp_async16(dst, k + std::size_t(t < T ? t : 0) * H * DK + sg * 8, t < T ? 16 : 0);
       }
       for (int i = threadIdx.x; i < kChunk * (BV / 8); i += kThreads) {
         const int r = i / (BV / 8), sg = i % (BV / 8), t = c * kChunk + r;
-        cp_async16(v_s + stage * L::v_tile + r * L::v_stride + sg * 8, v + std::size_t(t < T ? t : 0) * H * DV + sg * 8,
-                   t < T ? 16 : 0);
+        E* dst = v_s + stage * L::v_tile + r * L::v_stride + sg * 8;
+        if constexpr (kPad) load_eight(dst, v + std::size_t(t < T ? t : 0) * H * DV, sg * 8, n_cols, t < T, vec);
+        else cp_async16(dst, v + std::size_t(t < T ? t : 0) * H * DV + sg * 8, t < T ? 16 : 0);
       }
     }
     cp_async_commit();
@@ -844,10 +937,10 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
     *reinterpret_cast<float2*>(parts + (threadIdx.x / (DK / 2)) * DK + 2 * (threadIdx.x % (DK / 2))) = zacc;
     __syncthreads();
     if (v0 == 0 && threadIdx.x < DK / 2)
-      *reinterpret_cast<float2*>(zsums + row * DK + 2 * threadIdx.x) =
-          add_key_parts<DK, kThreads>(make_float2(0.0f, 0.0f), parts);
+      store_z_pair<kPad>(zsums + row * dk, 2 * threadIdx.x, dk,
+                         add_key_parts<DK, kThreads>(make_float2(0.0f, 0.0f), parts));
   }
-  float* out = sums + row * DK * std::size_t(DV) + v0 + cg;
+  float* out = sums + row * dk * std::size_t(DV) + v0 + cg;
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt)
     #pragma unroll
@@ -855,7 +948,13 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
       #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
-        *reinterpret_cast<float2*>(out + std::size_t(row) * DV + col) = make_float2(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+        float* p = out + std::size_t(row) * DV + col;
+        if constexpr (kPad) {  // the state's rows < dk and columns < DV (an odd DV leaves pairs off 8 bytes)
+          if (row < dk && cg + col < n_cols) p[0] = s[mt][nt][2 * half];
+          if (row < dk && cg + col + 1 < n_cols) p[1] = s[mt][nt][2 * half + 1];
+        } else {
+          *reinterpret_cast<float2*>(p) = make_float2(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+        }
       }
 #endif
 }
@@ -865,10 +964,10 @@ inline void check_launch(cudaError_t err, const char* what) {
 }
 
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize>
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
-  auto kernel = args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true>
-                          : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false>;
+  auto kernel = args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true, kPad>
+                          : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false, kPad>;
   const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
@@ -876,9 +975,9 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaSt
   check_launch(cudaGetLastError(), "fused tensor-core launch");
 }
 
-template <class E, int DK, int BV, bool kNormalize>
+template <class E, int DK, int BV, bool kNormalize, bool kPad>
 void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream) {
-  auto kernel = segment_sum_kernel<E, DK, BV, kNormalize>;
+  auto kernel = segment_sum_kernel<E, DK, BV, kNormalize, kPad>;
   const std::size_t bytes = SumLayout<DK, BV>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
@@ -887,15 +986,6 @@ void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums
 }
 
 }  // namespace detail
-
-// Block width: the widest of 128, 64, 32 that divides DV and still gives
-// about a block per SM; wider blocks read each Q and K tile once for more DV
-// columns, and the kernel is bound by that L2 traffic (measured with ncu).
-inline int choose_block_dv(int B, int H, int DV, int num_sms) {
-  for (int w : {128, 64})
-    if (DV % w == 0 && std::int64_t(B) * H * (DV / w) * 10 >= std::int64_t(num_sms) * 9) return w;
-  return 32;
-}
 
 // The segment states come from the stream-ordered allocator; keeping the freed
 // memory in its pool makes the next call's allocation cheap.
@@ -950,38 +1040,53 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   PackedSchedule schedule;
   if (packed) {
     if (args.B != 1) throw std::invalid_argument("tensor-core fused: a packed batch has B = 1");
-    schedule = schedule_packed(*cu_seqlens, detail::kChunk, args.H, args.DV, num_sms, segments);
+    schedule = schedule_packed(*cu_seqlens, detail::kChunk, args.H, args.DK, args.DV, num_sms, segments);
     segments = schedule.max_segments;
     if (block_dv == 0)
-      block_dv = segments > 1 ? widest_block_dv(args.DV)
-                              : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DV, num_sms);
+      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV)
+                              : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DK, args.DV, num_sms);
   } else {
-    if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DV, num_sms);
-    if (block_dv == 0) block_dv = segments > 1 ? widest_block_dv(args.DV) : choose_block_dv(args.B, args.H, args.DV, num_sms);
+    if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DK, args.DV, num_sms);
+    if (block_dv == 0)
+      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV) : choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms);
   }
-  if (block_dv != 32 && block_dv != 64 && block_dv != 128)
-    throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128");
-  if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");
-  // Kernels are compiled for DK 64 and 128, blocks of 32, 64 and 128 columns, with and without normalization.
+  const int dkt = dk_tile(args.DK);
+  if (dkt == 0 || args.DV < 1 || args.DV > kMaxTensorCoreDV)
+    throw std::invalid_argument("tensor-core fused: DK must be in 1..256 and DV in 1..512");
+  if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > max_block_dv(dkt))
+    throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and 32 for DK above 128");
+  // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128
+  // columns) and 256 (blocks of 32), with and without normalization, exact
+  // or padded (tile_rules.hpp).
   auto with_shape = [&](int bv, auto f) {
+    const bool exact = exact_tiles(args.DK, args.DV, bv);
+    auto with_pad = [&](auto dk, auto bvc, auto norm) {
+      if (exact) f(dk, bvc, norm, std::false_type{});
+      else f(dk, bvc, norm, std::true_type{});
+    };
     auto with_norm = [&](auto dk, auto bvc) {
-      if (normalize) f(dk, bvc, std::true_type{});
-      else f(dk, bvc, std::false_type{});
+      if (normalize) with_pad(dk, bvc, std::true_type{});
+      else with_pad(dk, bvc, std::false_type{});
     };
-    auto with_dk = [&](auto dk) {
-      if (bv == 128) with_norm(dk, std::integral_constant<int, 128>{});
-      else if (bv == 64) with_norm(dk, std::integral_constant<int, 64>{});
-      else with_norm(dk, std::integral_constant<int, 32>{});
+    auto with_bv = [&](auto dk) {
+      if constexpr (decltype(dk)::value == 256) {
+        with_norm(dk, std::integral_constant<int, 32>{});
+      } else {
+        if (bv == 128) with_norm(dk, std::integral_constant<int, 128>{});
+        else if (bv == 64) with_norm(dk, std::integral_constant<int, 64>{});
+        else with_norm(dk, std::integral_constant<int, 32>{});
+      }
     };
-    if (args.DK == 128) with_dk(std::integral_constant<int, 128>{});
-    else with_dk(std::integral_constant<int, 64>{});
+    if (dkt == 256) with_bv(std::integral_constant<int, 256>{});
+    else if (dkt == 128) with_bv(std::integral_constant<int, 128>{});
+    else with_bv(std::integral_constant<int, 64>{});
   };
   args.seg_chunks = 0;
   args.seg_sums = nullptr;
   args.seg_zsums = nullptr;
   args.work = nullptr;
   const std::size_t state_elems = std::size_t(args.DK) * args.DV;
-  const int sum_bv = widest_block_dv(args.DV);
+  const int sum_bv = widest_block_dv(args.DK, args.DV);
 
   if (packed) {  // the walks and the sums to compute, in one upload
     const std::size_t n_walks = schedule.walks.size(), n_sums = schedule.sums.size();
@@ -996,18 +1101,20 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     StreamBuffer zsums(normalize ? rows * args.DK * sizeof(float) : 0, stream, "tensor-core fused: segment key sums");
     if (n_sums > 0) {
       args.work = work.as<TensorCoreWork>() + n_walks;
-      with_shape(sum_bv, [&](auto dk, auto bv, auto norm) {
-        detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value>(
-            args, dim3(args.DV / sum_bv * args.H * n_sums), sums.as<float>(), zsums.as<float>(), stream);
+      with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto pad) {
+        detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
+                                    decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums),
+                                                          sums.as<float>(), zsums.as<float>(), stream);
       });
     }
     args.work = work.as<TensorCoreWork>();
     args.seg_sums = sums.as<float>();
     args.seg_zsums = zsums.as<float>();
     if (n_walks > 0)
-      with_shape(block_dv, [&](auto dk, auto bv, auto norm) {
-        detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value>(
-            args, dim3(args.DV / block_dv * args.H * n_walks), stream);
+      with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto pad) {
+        detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
+                                         decltype(pad)::value>(args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks),
+                                                               stream);
       });
     return {block_dv, segments};
   }
@@ -1021,16 +1128,18 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     sums = std::make_unique<StreamBuffer>(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     zsums = std::make_unique<StreamBuffer>(normalize ? rows * args.DK * sizeof(float) : 0, stream,
                                            "tensor-core fused: segment key sums");
-    with_shape(sum_bv, [&](auto dk, auto bv, auto norm) {
-      detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value>(
-          args, dim3(args.DV / sum_bv, segments, args.B * args.H), sums->as<float>(), zsums->as<float>(), stream);
+    with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto pad) {
+      detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
+                                  decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H),
+                                                        sums->as<float>(), zsums->as<float>(), stream);
     });
     args.seg_sums = sums->as<float>();
     args.seg_zsums = zsums->as<float>();
   }
-  with_shape(block_dv, [&](auto dk, auto bv, auto norm) {
-    detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value>(
-        args, dim3(args.DV / block_dv, args.B * args.H, segments), stream);
+  with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto pad) {
+    detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
+                                     decltype(pad)::value>(args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments),
+                                                           stream);
   });
   return {block_dv, segments};
 }

@@ -58,9 +58,9 @@ constexpr double kSumStepCost = 0.5;
 // leave them whole: the cheapest of no split and splits into k = 2..64 pieces
 // of the longest sequence (segments of at least 8 chunks, as choose_segments),
 // by the model above.
-inline int choose_packed_split(const std::vector<int>& chunks, int H, int DV, int num_sms) {
+inline int choose_packed_split(const std::vector<int>& chunks, int H, int DK, int DV, int num_sms) {
   if (chunks.empty()) return 0;
-  const double per_chunk = double(H) * (DV / widest_block_dv(DV)), sms = std::max(num_sms, 1);
+  const double per_chunk = double(H) * dv_blocks(DV, widest_block_dv(DK, DV)), sms = std::max(num_sms, 1);
   std::vector<int> longest_first(chunks);
   std::sort(longest_first.begin(), longest_first.end(), std::greater<int>());
   double steps = 0;
@@ -94,14 +94,14 @@ inline int choose_packed_split(const std::vector<int>& chunks, int H, int DV, in
 
 // segments: 0 splits as choose_packed_split says; 1 never splits; N > 1 cuts
 // every sequence into N segments (fewer when it has fewer chunks).
-inline PackedSchedule schedule_packed(const std::vector<std::int64_t>& cu_seqlens, int chunk, int H, int DV,
+inline PackedSchedule schedule_packed(const std::vector<std::int64_t>& cu_seqlens, int chunk, int H, int DK, int DV,
                                       int num_sms, int segments) {
   if (cu_seqlens.size() < 2) throw std::invalid_argument("packed schedule: cu_seqlens needs at least two offsets");
   PackedSchedule s;
   const int N = static_cast<int>(cu_seqlens.size()) - 1;
   std::vector<int> chunks(N);
   for (int n = 0; n < N; ++n) chunks[n] = static_cast<int>((cu_seqlens[n + 1] - cu_seqlens[n] + chunk - 1) / chunk);
-  const int target = segments == 0 ? choose_packed_split(chunks, H, DV, num_sms) : 0;
+  const int target = segments == 0 ? choose_packed_split(chunks, H, DK, DV, num_sms) : 0;
   std::int64_t h_chunk0 = 0;
   for (int n = 0; n < N; ++n) {
     const int length = static_cast<int>(cu_seqlens[n + 1] - cu_seqlens[n]);

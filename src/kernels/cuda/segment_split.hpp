@@ -4,13 +4,12 @@
 // that the CPU build tests it (tests/test_segment_split.cpp).
 #pragma once
 
+#include "kernels/cuda/tile_rules.hpp"
+
 #include <algorithm>
 #include <cstdint>
 
 namespace linattn::cuda {
-
-// The widest tensor-core block (128, 64 or 32 DV columns) that divides DV.
-inline int widest_block_dv(int DV) { return DV % 128 == 0 ? 128 : DV % 64 == 0 ? 64 : 32; }
 
 // Segments per sequence of NT chunks. A block walks its chunks one after
 // another, so with few sequences most SMs would idle; then each sequence is
@@ -20,8 +19,8 @@ inline int widest_block_dv(int DV) { return DV % 128 == 0 ? 128 : DV % 64 == 0 ?
 // and V once more for them). Measured on the H200 (132 SMs) at 1,32768,32,128:
 // whole sequences 1.26 ms, 4 segments (128 blocks) 0.86 ms, 8: 0.88, 16: 0.95;
 // at 2,16384,32,128: whole 0.95 ms, 2 segments 0.86, 4: 0.87.
-inline int choose_segments(int B, int H, int NT, int DV, int num_sms) {
-  const std::int64_t blocks = std::int64_t(B) * H * (DV / widest_block_dv(DV));
+inline int choose_segments(int B, int H, int NT, int DK, int DV, int num_sms) {
+  const std::int64_t blocks = std::int64_t(B) * H * dv_blocks(DV, widest_block_dv(DK, DV));
   const std::int64_t segments = std::min<std::int64_t>(num_sms / blocks, NT / 8);
   return segments >= 2 ? static_cast<int>(segments) : 1;
 }

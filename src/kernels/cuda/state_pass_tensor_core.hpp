@@ -40,8 +40,8 @@ inline void add_segment_sums(const float* init, const float* sums, int segments,
 // Segments per row for the state pass: enough blocks of the widest DV block
 // for about one wave on num_sms SMs (segment_sum_kernel takes one SM per
 // block with DK 128), at least one chunk each.
-inline int choose_state_pass_segments(int B, int H, int NT, int DV, int num_sms) {
-  const std::int64_t blocks = std::int64_t(B) * H * (DV / widest_block_dv(DV));
+inline int choose_state_pass_segments(int B, int H, int NT, int DK, int DV, int num_sms) {
+  const std::int64_t blocks = std::int64_t(B) * H * dv_blocks(DV, widest_block_dv(DK, DV));
   const std::int64_t segments = std::min<std::int64_t>(std::max<std::int64_t>(num_sms / blocks, 1), NT);
   return static_cast<int>(std::max<std::int64_t>(segments, 1));
 }
@@ -60,28 +60,37 @@ int run_state_pass_tensor_core(FusedTensorCoreArgs args, int num_sms, cudaStream
     return 0;
   }
   const SegmentSplit split =
-      split_segments(NT, choose_state_pass_segments(args.B, args.H, NT, args.DV, num_sms));
+      split_segments(NT, choose_state_pass_segments(args.B, args.H, NT, args.DK, args.DV, num_sms));
   args.seg_chunks = split.seg_chunks;
   args.work = nullptr;
   StreamBuffer sums(rows * split.segments * state_elems * sizeof(float), stream, "state pass: segment states");
   StreamBuffer zsums(normalize ? rows * split.segments * args.DK * sizeof(float) : 0, stream,
                      "state pass: segment key sums");
-  const int bv = widest_block_dv(args.DV);
-  const dim3 grid(args.DV / bv, split.segments, args.B * args.H);
-  auto launch = [&](auto dk, auto norm) {
+  const int bv = widest_block_dv(args.DK, args.DV), dkt = dk_tile(args.DK);
+  const bool exact = exact_tiles(args.DK, args.DV, bv);
+  const dim3 grid(dv_blocks(args.DV, bv), split.segments, args.B * args.H);
+  auto launch = [&](auto dk, auto norm, auto pad) {
     constexpr int DK = decltype(dk)::value;
-    constexpr bool kNorm = decltype(norm)::value;
-    if (bv == 128) detail::launch_segment_sums<E, DK, 128, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
-    else if (bv == 64) detail::launch_segment_sums<E, DK, 64, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
-    else detail::launch_segment_sums<E, DK, 32, kNorm>(args, grid, sums.as<float>(), zsums.as<float>(), stream);
+    constexpr bool kNorm = decltype(norm)::value, kPad = decltype(pad)::value;
+    float* out = sums.as<float>();
+    float* zout = zsums.as<float>();
+    if constexpr (DK == 256) detail::launch_segment_sums<E, DK, 32, kNorm, kPad>(args, grid, out, zout, stream);
+    else if (bv == 128) detail::launch_segment_sums<E, DK, 128, kNorm, kPad>(args, grid, out, zout, stream);
+    else if (bv == 64) detail::launch_segment_sums<E, DK, 64, kNorm, kPad>(args, grid, out, zout, stream);
+    else detail::launch_segment_sums<E, DK, 32, kNorm, kPad>(args, grid, out, zout, stream);
+  };
+  auto with_pad = [&](auto dk, auto norm) {
+    if (exact) launch(dk, norm, std::false_type{});
+    else launch(dk, norm, std::true_type{});
   };
   auto with_norm = [&](auto dk) {
-    if (normalize) launch(dk, std::true_type{});
-    else launch(dk, std::false_type{});
+    if (normalize) with_pad(dk, std::true_type{});
+    else with_pad(dk, std::false_type{});
   };
-  if (args.DK == 128) with_norm(std::integral_constant<int, 128>{});
-  else if (args.DK == 64) with_norm(std::integral_constant<int, 64>{});
-  else throw std::invalid_argument("tensor-core state pass: DK must be 64 or 128");
+  if (dkt == 256) with_norm(std::integral_constant<int, 256>{});
+  else if (dkt == 128) with_norm(std::integral_constant<int, 128>{});
+  else if (dkt == 64) with_norm(std::integral_constant<int, 64>{});
+  else throw std::invalid_argument("tensor-core state pass: DK must be in 1..256");
   detail::add_segment_sums(args.initial_state, sums.as<float>(), split.segments, args.H, rows, state_elems,
                            args.final_state, stream);
   if (normalize)

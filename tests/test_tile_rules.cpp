@@ -1,0 +1,85 @@
+// The tensor-core kernels' tile rules (src/kernels/cuda/tile_rules.hpp), case
+// by case: which DK tile a head runs in, how wide its DV blocks may be, how
+// DV is padded, and when the exact (unchecked) kernels apply. Plain
+// arithmetic, so the CPU build checks what the CUDA launcher will do.
+#include "kernels/cuda/tile_rules.hpp"
+
+#include <gtest/gtest.h>
+
+namespace linattn::cuda {
+namespace {
+
+TEST(TileRules, DkTileIsTheSmallestThatHoldsTheHead) {
+  EXPECT_EQ(dk_tile(1), 64);
+  EXPECT_EQ(dk_tile(16), 64);
+  EXPECT_EQ(dk_tile(60), 64);
+  EXPECT_EQ(dk_tile(64), 64);
+  EXPECT_EQ(dk_tile(65), 128);
+  EXPECT_EQ(dk_tile(100), 128);
+  EXPECT_EQ(dk_tile(128), 128);
+  EXPECT_EQ(dk_tile(192), 256);
+  EXPECT_EQ(dk_tile(256), 256);
+  EXPECT_EQ(dk_tile(257), 0);
+  EXPECT_EQ(dk_tile(0), 0);
+}
+
+// A 256-row tile leaves registers for one group of 32 columns a block.
+TEST(TileRules, WidestBlockTheDkTileAllows) {
+  EXPECT_EQ(max_block_dv(64), 128);
+  EXPECT_EQ(max_block_dv(128), 128);
+  EXPECT_EQ(max_block_dv(256), 32);
+}
+
+TEST(TileRules, WidestBlockCoversDvWithoutExtraPadding) {
+  EXPECT_EQ(widest_block_dv(128, 256), 128);
+  EXPECT_EQ(widest_block_dv(128, 128), 128);
+  EXPECT_EQ(widest_block_dv(128, 192), 64);
+  EXPECT_EQ(widest_block_dv(64, 64), 64);
+  EXPECT_EQ(widest_block_dv(128, 96), 32);
+  EXPECT_EQ(widest_block_dv(64, 32), 32);
+  EXPECT_EQ(widest_block_dv(64, 60), 64);    // 60 pads to 64 either way: one block
+  EXPECT_EQ(widest_block_dv(100, 100), 128); // 100 pads to 128
+  EXPECT_EQ(widest_block_dv(64, 16), 32);
+  EXPECT_EQ(widest_block_dv(256, 512), 32);  // the DK tile's limit
+  EXPECT_EQ(widest_block_dv(192, 256), 32);
+}
+
+TEST(TileRules, DvPaddedToGroupsOf32) {
+  EXPECT_EQ(padded_dv(1), 32);
+  EXPECT_EQ(padded_dv(32), 32);
+  EXPECT_EQ(padded_dv(60), 64);
+  EXPECT_EQ(padded_dv(100), 128);
+  EXPECT_EQ(padded_dv(512), 512);
+  EXPECT_EQ(dv_blocks(60, 32), 2);
+  EXPECT_EQ(dv_blocks(96, 64), 2);
+  EXPECT_EQ(dv_blocks(512, 32), 16);
+}
+
+TEST(TileRules, ExactTilesOnlyWhereNothingIsPadded) {
+  EXPECT_TRUE(exact_tiles(128, 128, 128));
+  EXPECT_TRUE(exact_tiles(64, 96, 32));
+  EXPECT_TRUE(exact_tiles(256, 512, 32));
+  EXPECT_FALSE(exact_tiles(96, 96, 32));   // DK padded to 128
+  EXPECT_FALSE(exact_tiles(128, 96, 64));  // the second block's last 32 columns
+  EXPECT_FALSE(exact_tiles(64, 60, 64));
+}
+
+TEST(TileRules, SixteenByteCopiesNeedRowsOnSixteenBytes) {
+  EXPECT_TRUE(rows_in_16_bytes(64, 64));
+  EXPECT_TRUE(rows_in_16_bytes(96, 48));
+  EXPECT_FALSE(rows_in_16_bytes(60, 64));
+  EXPECT_FALSE(rows_in_16_bytes(64, 100));
+}
+
+// The block width the launcher picks: the widest the tile rules allow that
+// still gives about a block per SM (132 SMs, the H200).
+TEST(TileRules, BlockDvChoice) {
+  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132), 128);  // 128 blocks
+  EXPECT_EQ(choose_block_dv(1, 16, 128, 128, 132), 32);   // 16 blocks at 128: too few
+  EXPECT_EQ(choose_block_dv(8, 16, 256, 256, 132), 32);   // the DK tile's limit
+  EXPECT_EQ(choose_block_dv(8, 16, 96, 96, 132), 32);     // 96 is three groups
+  EXPECT_EQ(choose_block_dv(8, 16, 60, 60, 132), 64);     // 60 pads to one block of 64
+}
+
+}  // namespace
+}  // namespace linattn::cuda
