@@ -331,12 +331,17 @@ TEST(PathChoice, EveryHeadSizeUpTo256By512TakesTensorCores) {
   }
 }
 
-// A 256-row DK tile leaves registers for one group of 32 columns a block.
+// A 256-row DK tile leaves shared memory for blocks of 64 columns only with
+// one 16-bit state tile (16-bit o), else 32; 128 never.
 TEST(PathChoice, BlockDvWiderThanTheDkTileAllowsIsRefused) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.DK = 192;
   f.DV = 128;
+  f.block_dv = 128;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 128 is wider than DK 192 allows (64)")) << refusal_of(f);
   f.block_dv = 64;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.one_state_tile = false;  // fp32 o: the state's hi and lo tiles
   EXPECT_TRUE(contains(refusal_of(f), "block_dv 64 is wider than DK 192 allows (32)")) << refusal_of(f);
   f.block_dv = 32;
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);

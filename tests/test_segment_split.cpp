@@ -33,9 +33,12 @@ TEST(SegmentSplit, ShortSequencesKeepEightChunksPerSegment) {
   EXPECT_EQ(choose_segments(1, 4, 15, 128, 64, 132), 1);
 }
 
-// DV 96 has blocks of 32 columns: 8 heads x 3 = 24 blocks, 132 / 24 = 5 segments.
+// DV 96 runs in one padded block of 128 (tile_rules.hpp): 8 heads are 8
+// blocks, 132 / 8 = 16 segments, but 100 chunks hold 12 segments of 8; DV 80
+// in blocks of 32 (three a head): 24 blocks, 132 / 24 = 5 segments.
 TEST(SegmentSplit, BlocksCountedAtTheWidestWidth) {
-  EXPECT_EQ(choose_segments(1, 8, 100, 128, 96, 132), 5);
+  EXPECT_EQ(choose_segments(1, 8, 100, 128, 96, 132), 12);
+  EXPECT_EQ(choose_segments(1, 8, 100, 128, 80, 132), 5);
 }
 
 // DK 256 allows blocks of 32 columns only: DV 128 is 4 blocks a head,

@@ -23,25 +23,32 @@ TEST(TileRules, DkTileIsTheSmallestThatHoldsTheHead) {
   EXPECT_EQ(dk_tile(0), 0);
 }
 
-// A 256-row tile leaves registers for one group of 32 columns a block.
+// A 256-row tile leaves room for two groups of 32 columns a block with one
+// 16-bit state tile, one group with two (fp32 o: hi and lo).
 TEST(TileRules, WidestBlockTheDkTileAllows) {
-  EXPECT_EQ(max_block_dv(64), 128);
-  EXPECT_EQ(max_block_dv(128), 128);
-  EXPECT_EQ(max_block_dv(256), 32);
+  EXPECT_EQ(max_block_dv(64, false), 128);
+  EXPECT_EQ(max_block_dv(128, true), 128);
+  EXPECT_EQ(max_block_dv(256, true), 64);
+  EXPECT_EQ(max_block_dv(256, false), 32);
 }
 
-TEST(TileRules, WidestBlockCoversDvWithoutExtraPadding) {
+// At most a third of a block's columns padding, unless groups of 32 need it anyway.
+TEST(TileRules, WidestBlockCoversDv) {
   EXPECT_EQ(widest_block_dv(128, 256), 128);
   EXPECT_EQ(widest_block_dv(128, 128), 128);
-  EXPECT_EQ(widest_block_dv(128, 192), 64);
+  EXPECT_EQ(widest_block_dv(128, 192), 128);  // 2 x 128 pads 64 of 256: a quarter
   EXPECT_EQ(widest_block_dv(64, 64), 64);
-  EXPECT_EQ(widest_block_dv(128, 96), 32);
+  EXPECT_EQ(widest_block_dv(128, 96), 128);   // 32 of 128 padding
   EXPECT_EQ(widest_block_dv(64, 32), 32);
-  EXPECT_EQ(widest_block_dv(64, 60), 64);    // 60 pads to 64 either way: one block
-  EXPECT_EQ(widest_block_dv(100, 100), 128); // 100 pads to 128
-  EXPECT_EQ(widest_block_dv(64, 16), 32);
-  EXPECT_EQ(widest_block_dv(256, 512), 32);  // the DK tile's limit
+  EXPECT_EQ(widest_block_dv(64, 60), 64);
+  EXPECT_EQ(widest_block_dv(100, 100), 128);
+  EXPECT_EQ(widest_block_dv(64, 16), 32);     // half of 32 padding: groups of 32 need it anyway
+  EXPECT_EQ(widest_block_dv(64, 130), 64);    // 2 x 128 would pad 126 of 256
+  EXPECT_EQ(widest_block_dv(256, 512), 32);   // the DK tile's limit without a state tile
   EXPECT_EQ(widest_block_dv(192, 256), 32);
+  EXPECT_TRUE(covers_dv(96, 128));
+  EXPECT_FALSE(covers_dv(80, 128));           // 48 of 128
+  EXPECT_TRUE(covers_dv(80, 32));
 }
 
 TEST(TileRules, DvPaddedToGroupsOf32) {
@@ -64,21 +71,26 @@ TEST(TileRules, ExactTilesOnlyWhereNothingIsPadded) {
   EXPECT_FALSE(exact_tiles(64, 60, 64));
 }
 
-TEST(TileRules, SixteenByteCopiesNeedRowsOnSixteenBytes) {
-  EXPECT_TRUE(rows_in_16_bytes(64, 64));
-  EXPECT_TRUE(rows_in_16_bytes(96, 48));
-  EXPECT_FALSE(rows_in_16_bytes(60, 64));
-  EXPECT_FALSE(rows_in_16_bytes(64, 100));
+TEST(TileRules, CopiesAsWideAsEveryRowStartAllows) {
+  EXPECT_EQ(row_copy_bytes(64, 64), 16);
+  EXPECT_EQ(row_copy_bytes(96, 48), 16);
+  EXPECT_EQ(row_copy_bytes(60, 64), 8);
+  EXPECT_EQ(row_copy_bytes(64, 100), 8);
+  EXPECT_EQ(row_copy_bytes(250, 40), 4);
+  EXPECT_EQ(row_copy_bytes(1, 1), 2);
+  EXPECT_EQ(row_copy_bytes(64, 33), 2);
 }
 
 // The block width the launcher picks: the widest the tile rules allow that
 // still gives about a block per SM (132 SMs, the H200).
 TEST(TileRules, BlockDvChoice) {
-  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132), 128);  // 128 blocks
-  EXPECT_EQ(choose_block_dv(1, 16, 128, 128, 132), 32);   // 16 blocks at 128: too few
-  EXPECT_EQ(choose_block_dv(8, 16, 256, 256, 132), 32);   // the DK tile's limit
-  EXPECT_EQ(choose_block_dv(8, 16, 96, 96, 132), 32);     // 96 is three groups
-  EXPECT_EQ(choose_block_dv(8, 16, 60, 60, 132), 64);     // 60 pads to one block of 64
+  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132, true), 128);  // 128 blocks
+  EXPECT_EQ(choose_block_dv(1, 16, 128, 128, 132, true), 32);   // 16 blocks at 128: too few
+  EXPECT_EQ(choose_block_dv(4, 16, 256, 256, 132, true), 64);   // the DK tile's limit with one state tile
+  EXPECT_EQ(choose_block_dv(4, 16, 256, 256, 132, false), 32);  // and with two
+  EXPECT_EQ(choose_block_dv(8, 16, 96, 96, 132, true), 128);    // one padded block of 128: 128 blocks
+  EXPECT_EQ(choose_block_dv(8, 16, 60, 60, 132, true), 64);     // 60 pads to one block of 64
+  EXPECT_EQ(choose_block_dv(2, 16, 96, 96, 132, true), 32);     // 32 blocks at 128: too few, 96 at 32
 }
 
 }  // namespace

@@ -287,7 +287,7 @@ void launch_fused_wgmma(const FusedTensorCoreArgs& args, cudaStream_t stream) {
 // The wgmma kernel, same contract and block choice as run_fused_tensor_core.
 template <class E, class OutT, class SnapT>
 int run_fused_wgmma(const FusedTensorCoreArgs& args, int block_dv, int num_sms, cudaStream_t stream, int group_width = 32) {
-  if (block_dv == 0) block_dv = choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms);
+  if (block_dv == 0) block_dv = choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms, true);
   if (block_dv != 32 && block_dv != 64 && block_dv != 128)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128");
   if (args.DV % block_dv != 0) throw std::invalid_argument("tensor-core fused: DV must be a multiple of block_dv");

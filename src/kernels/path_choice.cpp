@@ -53,7 +53,7 @@ std::string tensor_core_refusal(const PathFacts& f) {
            ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
   if (f.block_dv != 0 && f.block_dv != 32 && f.block_dv != 64 && f.block_dv != 128)
     return "the tensor-core kernel takes block_dv 32, 64 or 128, not " + std::to_string(f.block_dv);
-  const int widest = cuda::max_block_dv(cuda::dk_tile(static_cast<int>(f.DK)));
+  const int widest = cuda::max_block_dv(cuda::dk_tile(static_cast<int>(f.DK)), f.one_state_tile);
   if (f.block_dv > widest)
     return "block_dv " + std::to_string(f.block_dv) + " is wider than DK " + std::to_string(f.DK) + " allows (" +
            std::to_string(widest) + ")";

@@ -37,6 +37,10 @@ struct PathFacts {
   bool packed = false;         // cu_seqlens: variable-length sequences packed along T
   std::int64_t block_dv = 0;   // 0: the kernel chooses
   int segments = 0;            // > 1 splits sequences, which only the tensor-core kernel does
+  // The tensor-core block keeps one 16-bit copy of the state (16-bit o, and
+  // snapshots not staged in a second tile: not bf16 h of fp16 inputs); a
+  // 256-row DK tile then allows blocks of 64 columns (cuda/tile_rules.hpp).
+  bool one_state_tile = true;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types and this shape; otherwise its reason.
   std::string register_plan_refusal;

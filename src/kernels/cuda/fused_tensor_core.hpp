@@ -210,6 +210,13 @@ __device__ inline void ldmatrix_x4_trans(std::uint32_t* r, const void* p) {
 __device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
 }
+// 8- and 4-byte asynchronous copies (through L1: .cg takes 16 bytes only), for rows that start off 16 bytes.
+__device__ inline void cp_async8(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
+__device__ inline void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
@@ -297,39 +304,51 @@ __device__ inline void store_one(__half* p, float a) { *p = __float2half_rn(a); 
 
 // Padded tiles (kPad): 8 elements of a row (16 bytes of 16-bit elements) into
 // shared memory, those at columns >= n (or all, when the row is past the end)
-// zero: a 16-byte asynchronous copy where rows start on 16 bytes (vec), else
-// element by element.
+// zero, in asynchronous copies of cw bytes (row_copy_bytes in tile_rules.hpp:
+// every row starts on a whole copy, n is a multiple of one), or element by
+// element when rows start on odd elements.
 template <class E>
-__device__ inline void load_eight(E* dst, const E* row, int col, int n, bool in, bool vec) {
-  if (vec) {
+__device__ inline void load_eight(E* dst, const E* row, int col, int n, bool in, int cw) {
+  if (cw == 16) {
     const bool any = in && col < n;
     cp_async16(dst, any ? row + col : row, any ? 16 : 0);
-    return;
+  } else if (cw == 8) {
+    #pragma unroll
+    for (int e = 0; e < 8; e += 4) {
+      const bool any = in && col + e < n;
+      cp_async8(dst + e, any ? row + col + e : row, any ? 8 : 0);
+    }
+  } else if (cw == 4) {
+    #pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const bool any = in && col + e < n;
+      cp_async4(dst + e, any ? row + col + e : row, any ? 4 : 0);
+    }
+  } else {
+    const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(row);
+    std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst);
+    #pragma unroll
+    for (int e = 0; e < 8; ++e) out[e] = in && col + e < n ? src[col + e] : std::uint16_t(0);
   }
-  const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(row);
-  std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst);
-  #pragma unroll
-  for (int e = 0; e < 8; ++e) out[e] = in && col + e < n ? src[col + e] : std::uint16_t(0);
 }
-// n_per elements from shared memory to device memory, those at columns < n:
-// one 16-byte store where rows start on 16 bytes, else element by element.
-template <class T>
-__device__ inline void store_piece(T* dst, const T* src, int col, int n, bool vec) {
-  constexpr int n_per = 16 / int(sizeof(T));
-  if (vec) {
-    if (col < n) *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    return;
+// 16 bytes from shared memory to device memory, the elements at columns < n,
+// in stores of cw bytes (at least one element).
+__device__ inline void store_bytes(void* dst, const void* src, int bytes) {
+  switch (bytes) {
+    case 16: *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src); break;
+    case 8: *static_cast<uint2*>(dst) = *static_cast<const uint2*>(src); break;
+    case 4: *static_cast<std::uint32_t*>(dst) = *static_cast<const std::uint32_t*>(src); break;
+    default: *static_cast<std::uint16_t*>(dst) = *static_cast<const std::uint16_t*>(src); break;
   }
-  #pragma unroll
-  for (int e = 0; e < n_per; ++e)
-    if (col + e < n) dst[e] = src[e];
+}
+template <class T>
+__device__ inline void store_piece(T* dst, const T* src, int col, int n, int cw) {
+  constexpr int n_per = 16 / int(sizeof(T));
+  const int bytes = cw < int(sizeof(T)) ? int(sizeof(T)) : cw, per = bytes / int(sizeof(T));
+  for (int e = 0; e < n_per; e += per)
+    if (col + e < n) store_bytes(dst + e, src + e, bytes);
 }
 
-// With fp32 o the state operand of Q S is split into hi + lo 16-bit parts
-// (fp32-accurate o); with 16-bit o it is rounded once to 16 bits, as fla's
-// chunk_fwd_o and the materialized variant read bf16 snapshots: o's own
-// rounding (u = 2^-8 for bf16) dominates, and the lo half of Q S was a quarter
-// of the kernel's tensor-core work.
 template <class OutT>
 constexpr bool kSplitState = sizeof(OutT) == 4;
 
@@ -437,7 +456,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   const int c_begin = work.c_begin, c_end = work.c_end;
   // The head's keys, and this block's columns that exist (kPad; else the tiles' own).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
-  const bool vec = !kPad || rows_in_16_bytes(dk, DV);
+  const int cw = kPad ? row_copy_bytes(dk, DV) : 16;  // bytes per copy of a row piece
   const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * dk;
   const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (work.token0 * H + hh) * DV + v0;
@@ -465,8 +484,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       if (r >= kChunk) return;
       if constexpr (kPad) {
         const std::size_t row = std::size_t(t < T ? t : 0) * qk_token;
-        load_eight(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + row, qk_col, dk, t < T, vec);
-        load_eight(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + row, qk_col, dk, t < T, vec);
+        load_eight(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + row, qk_col, dk, t < T, cw);
+        load_eight(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + row, qk_col, dk, t < T, cw);
         return;
       }
       const std::size_t off = std::size_t(t < T ? t : 0) * qk_token + qk_col;
@@ -477,7 +496,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       if (r >= kChunk) return;
       if constexpr (kPad) {
         load_eight(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token, v_col,
-                   n_cols, t < T, vec);
+                   n_cols, t < T, cw);
         return;
       }
       cp_async16(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token + v_col,
@@ -602,7 +621,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
     const E* src = h_tile + r * L::v_stride + h_col;
     SnapT* dst = h_block + std::size_t(c) * H * dk * DV + r * DV + h_col;
     if constexpr (kPad)
-      store_piece(reinterpret_cast<std::uint16_t*>(dst), reinterpret_cast<const std::uint16_t*>(src), h_col, n_cols, vec);
+      store_piece(reinterpret_cast<std::uint16_t*>(dst), reinterpret_cast<const std::uint16_t*>(src), h_col, n_cols, cw);
     else
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
   };
@@ -610,7 +629,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
     const int r = o_row + j * (kThreads / o_segs), t = t0 + r;
     if (r >= kChunk || t >= T) return;
     if constexpr (kPad)
-      store_piece(o_block + std::size_t(t) * H * DV + o_col, o_s + r * L::o_stride + o_col, o_col, n_cols, vec);
+      store_piece(o_block + std::size_t(t) * H * DV + o_col, o_s + r * L::o_stride + o_col, o_col, n_cols, cw);
     else
       *reinterpret_cast<uint4*>(o_block + std::size_t(t) * H * DV + o_col) =
           *reinterpret_cast<const uint4*>(o_s + r * L::o_stride + o_col);
@@ -883,7 +902,7 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
   }
   // The head's keys and this block's columns that exist (kPad, as in the fused kernel).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
-  const bool vec = !kPad || rows_in_16_bytes(dk, DV);
+  const int cw = kPad ? row_copy_bytes(dk, DV) : 16;
   const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (token0 * H + hh) * DV + v0;
   auto load = [&](int c) {  // always commits a group (empty past the segment) so that waits count uniformly
@@ -892,13 +911,13 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
       for (int i = threadIdx.x; i < kChunk * (DK / 8); i += kThreads) {
         const int r = i / (DK / 8), sg = i % (DK / 8), t = c * kChunk + r;
         E* dst = k_s + stage * L::k_tile + r * L::k_stride + sg * 8;
-        if constexpr (kPad) load_eight(dst, k + std::size_t(t < T ? t : 0) * H * dk, sg * 8, dk, t < T, vec);
+        if constexpr (kPad) load_eight(dst, k + std::size_t(t < T ? t : 0) * H * dk, sg * 8, dk, t < T, cw);
         else cp_async16(dst, k + std::size_t(t < T ? t : 0) * H * DK + sg * 8, t < T ? 16 : 0);
       }
       for (int i = threadIdx.x; i < kChunk * (BV / 8); i += kThreads) {
         const int r = i / (BV / 8), sg = i % (BV / 8), t = c * kChunk + r;
         E* dst = v_s + stage * L::v_tile + r * L::v_stride + sg * 8;
-        if constexpr (kPad) load_eight(dst, v + std::size_t(t < T ? t : 0) * H * DV, sg * 8, n_cols, t < T, vec);
+        if constexpr (kPad) load_eight(dst, v + std::size_t(t < T ? t : 0) * H * DV, sg * 8, n_cols, t < T, cw);
         else cp_async16(dst, v + std::size_t(t < T ? t : 0) * H * DV + sg * 8, t < T ? 16 : 0);
       }
     }
@@ -1035,6 +1054,8 @@ template <class E, class OutT, class SnapT>
 FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
                                           cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens = nullptr) {
   const bool packed = cu_seqlens != nullptr, normalize = args.z_state != nullptr;
+  // One 16-bit copy of the state on chip (tile_rules.hpp, max_block_dv): a 256-row DK tile then takes blocks of 64.
+  constexpr bool kOneStateTile = !detail::kSplitState<OutT> && !detail::kStageSnapshot<E, OutT, SnapT>;
   if (segments < 0 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 0..65535");
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
@@ -1044,20 +1065,22 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     segments = schedule.max_segments;
     if (block_dv == 0)
       block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV)
-                              : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DK, args.DV, num_sms);
+                              : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DK, args.DV, num_sms,
+                                                kOneStateTile);
   } else {
     if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DK, args.DV, num_sms);
     if (block_dv == 0)
-      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV) : choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms);
+      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV)
+                              : choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms, kOneStateTile);
   }
   const int dkt = dk_tile(args.DK);
   if (dkt == 0 || args.DV < 1 || args.DV > kMaxTensorCoreDV)
     throw std::invalid_argument("tensor-core fused: DK must be in 1..256 and DV in 1..512");
-  if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > max_block_dv(dkt))
-    throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and 32 for DK above 128");
+  if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > max_block_dv(dkt, kOneStateTile))
+    throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and at most what the DK tile allows");
   // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128
-  // columns) and 256 (blocks of 32), with and without normalization, exact
-  // or padded (tile_rules.hpp).
+  // columns) and 256 (blocks of 32, and 64 with one state tile), with and
+  // without normalization, exact or padded (tile_rules.hpp).
   auto with_shape = [&](int bv, auto f) {
     const bool exact = exact_tiles(args.DK, args.DV, bv);
     auto with_pad = [&](auto dk, auto bvc, auto norm) {
@@ -1070,6 +1093,9 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     };
     auto with_bv = [&](auto dk) {
       if constexpr (decltype(dk)::value == 256) {
+        if constexpr (kOneStateTile) {
+          if (bv == 64) return with_norm(dk, std::integral_constant<int, 64>{});
+        }
         with_norm(dk, std::integral_constant<int, 32>{});
       } else {
         if (bv == 128) with_norm(dk, std::integral_constant<int, 128>{});

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-// The kernels ask these rules too (rows_in_16_bytes): host and device functions under nvcc.
+// The kernels ask these rules too (row_copy_bytes): host and device functions under nvcc.
 #if defined(__CUDACC__)
 #define LINATTN_TILE_RULE __host__ __device__ inline
 #else
@@ -26,43 +26,64 @@ LINATTN_TILE_RULE int dk_tile(int DK) { return DK < 1 ? 0 : DK <= 64 ? 64 : DK <
 
 // The widest block of DV columns a DK tile allows. Each warp holds DK tile / 4
 // state rows of its 32 columns twice over (the state and the chunk's K^T V):
-// with a 256-row tile that is 128 registers, so one group of 4 warps (32
-// columns) per block, where the launch bounds leave 255 registers a thread;
-// and the double-buffered 256-wide Q and K tiles alone take 135 KB of shared memory.
-LINATTN_TILE_RULE int max_block_dv(int dkt) { return dkt == 256 ? 32 : 128; }
+// with a 256-row tile that is 128 registers, so blocks of at most two groups
+// of 4 warps (256 threads, 255 registers each). Its double-buffered Q and K
+// tiles take 135 KB of shared memory: two groups (64 columns) fit beside them
+// only when the block keeps one 16-bit copy of the state (one_state_tile:
+// 16-bit o, snapshots in the input type or fp32), else one group (32).
+LINATTN_TILE_RULE int max_block_dv(int dkt, bool one_state_tile) { return dkt == 256 ? (one_state_tile ? 64 : 32) : 128; }
 
 // DV as the blocks see it: rounded up to whole groups of 32 columns (the
 // columns past DV are zero on chip and never stored).
 LINATTN_TILE_RULE int padded_dv(int DV) { return (DV + 31) / 32 * 32; }
 
-// The widest block (128, 64 or 32 columns, at most max_block_dv) whose
-// blocks cover DV without more padding than groups of 32 need.
-LINATTN_TILE_RULE int widest_block_dv(int DK, int DV) {
-  const int cap = max_block_dv(dk_tile(DK)), dv = padded_dv(DV);
-  if (cap >= 128 && dv % 128 == 0) return 128;
-  if (cap >= 64 && dv % 64 == 0) return 64;
-  return 32;
-}
-
 // Blocks of bv columns over DV.
 LINATTN_TILE_RULE int dv_blocks(int DV, int bv) { return (DV + bv - 1) / bv; }
+
+// True when blocks of w columns cover DV with at most a third of their
+// columns padding (or with no more than groups of 32 need anyway): a wider
+// block reads each Q and K tile once for all its columns, which paid more than
+// the padded columns cost (H200, 8,8192,16,96: blocks of 128 0.554 ms, of 64
+// 0.960, of 32 1.097; 8,8192,16,60: 64 0.312 ms, 32 0.533).
+LINATTN_TILE_RULE bool covers_dv(int DV, int w) {
+  const int cols = dv_blocks(DV, w) * w;
+  return cols == padded_dv(DV) || 2 * cols <= 3 * DV;
+}
+
+// The widest block (128, 64 or 32 columns, at most max_block_dv) that covers
+// DV (covers_dv): the block of the segment sums (which keep no state tile)
+// and of split sequences.
+LINATTN_TILE_RULE int widest_block_dv(int DK, int DV) {
+  const int cap = max_block_dv(dk_tile(DK), false);
+  if (cap >= 128 && covers_dv(DV, 128)) return 128;
+  if (cap >= 64 && covers_dv(DV, 64)) return 64;
+  return 32;
+}
 
 // True when the tiles hold the head exactly (DK is its tile, bv divides DV):
 // the kernels then run without bounds checks (the exact instantiation).
 LINATTN_TILE_RULE bool exact_tiles(int DK, int DV, int bv) { return DK == dk_tile(DK) && DV % bv == 0; }
 
-// True when every row of q, k (DK elements) and v, o, h (DV elements) starts
-// on 16 bytes of 16-bit elements: the kernels' 16-byte copies apply; otherwise
-// padded tiles are loaded and stored element by element.
-LINATTN_TILE_RULE bool rows_in_16_bytes(int DK, int DV) { return DK % 8 == 0 && DV % 8 == 0; }
+// The widest copy (16, 8, 4 or 2 bytes) at which every row of q, k (DK
+// 16-bit elements) and of v, o, h (DV elements) starts on a whole copy: the
+// padded kernels move their tiles in copies of this size (asynchronous ones
+// for the loads), so DK 60 moves in 8-byte pieces, not element by element.
+LINATTN_TILE_RULE int row_copy_bytes(int DK, int DV) {
+  if (DK % 8 == 0 && DV % 8 == 0) return 16;
+  if (DK % 4 == 0 && DV % 4 == 0) return 8;
+  if (DK % 2 == 0 && DV % 2 == 0) return 4;
+  return 2;
+}
 
 // Block width: the widest of 128, 64, 32 that the DK tile allows, covers DV
-// without more padding than groups of 32 need and still gives
-// about a block per SM; wider blocks read each Q and K tile once for more DV
-// columns, and the kernel is bound by that L2 traffic (measured with ncu).
-LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms) {
-  const int cap = max_block_dv(dk_tile(DK)), dv = padded_dv(DV);
-  auto fills = [&](int w) { return w <= cap && dv % w == 0 && std::int64_t(B) * H * (dv / w) * 10 >= std::int64_t(num_sms) * 9; };
+// (covers_dv) and still gives about a block per SM; wider blocks read each Q
+// and K tile once for more DV columns, and the kernel is bound by that L2
+// traffic (measured with ncu).
+LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms, bool one_state_tile) {
+  const int cap = max_block_dv(dk_tile(DK), one_state_tile);
+  auto fills = [&](int w) {
+    return w <= cap && covers_dv(DV, w) && std::int64_t(B) * H * dv_blocks(DV, w) * 10 >= std::int64_t(num_sms) * 9;
+  };
   if (fills(128)) return 128;
   if (fills(64)) return 64;
   return 32;
