@@ -225,10 +225,11 @@ def structural_mutants(pristine_path, folder, secret_folder):
             n, shape=s, dtype=np.float32, chunks=(1, 16) + s[2:]).__setitem__((slice(None), slice(16, None)), 1.0)),
         ("contiguous, never written", False, lambda f, n, s: f.create_dataset(n, shape=s, dtype=np.float32)),
     ]
+    # case2 is the example's fp32 case: the datasets made here are fp32.
     mutants = []
+    group = "case2"
     for i, (what, allowed_may_run, make) in enumerate(kinds):
-        for j, name in enumerate(("q", "k", "v")[i % 3:] + ("q", "k", "v")[:i % 3])[:2]:
-            group = PRISTINE_GROUPS[(i + j) % len(PRISTINE_GROUPS)]
+        for name in (("q", "k", "v")[i % 3:] + ("q", "k", "v")[:i % 3])[:2]:
             sid = f"s{len(mutants)}"
             path = os.path.join(folder, f"{sid}.h5")
             shutil.copyfile(pristine_path, path)
