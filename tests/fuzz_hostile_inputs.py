@@ -201,6 +201,11 @@ def structural_mutants(pristine_path, folder, secret_folder):
                     s[f"{g}/{d}"] = secret[:f[g][d].size].reshape(f[g][d].shape)
             for d in ("q", "k", "v"):
                 s[f"g/{d}"] = secret[:8].reshape(1, 8, 1, 1)
+    # The external links' target: small, so that its datasets' offsets lie
+    # inside the linking file too (the link alone must be the reason to refuse).
+    with h5py.File(pristine_path, "r") as f, h5py.File(os.path.join(folder, "linked.h5"), "w") as s:
+        for d in ("q", "k", "v"):
+            s[f"case2/{d}"] = secret[:f["case2"][d].size].reshape(f["case2"][d].shape)
     up = os.path.relpath(secret_folder, folder)   # '../secret'
 
     def external(f, name, shape, target):
@@ -218,7 +223,7 @@ def structural_mutants(pristine_path, folder, secret_folder):
         ("virtual dataset, absolute source", False, lambda f, n, s: virtual(f, n, s, secret_h5)),
         ("virtual dataset, '..' source", False, lambda f, n, s: virtual(f, n, s, os.path.join(up, "secret.h5"))),
         ("virtual dataset beside the file", True, lambda f, n, s: virtual(f, n, s, "beside.h5")),
-        ("external link", False, lambda f, n, s: f.__setitem__(n, h5py.ExternalLink("beside.h5", f"{f.name}/{n}"))),
+        ("external link", False, lambda f, n, s: f.__setitem__(n, h5py.ExternalLink("linked.h5", f"{f.name}/{n}"))),
         ("chunked, never written", False,
          lambda f, n, s: f.create_dataset(n, shape=s, dtype=np.float32, chunks=(1, 16) + s[2:])),
         ("chunked, its first chunk missing", False, lambda f, n, s: f.create_dataset(
