@@ -20,7 +20,10 @@ For each:
     as are an external file too short for the data and a virtual dataset whose
     mappings leave elements out.
 
-`linattn verify` refuses an input that points outside unless given the option.
+Soft links inside the file still work; a soft link leading to an external link
+is refused as that link; a case group that is an external link is not listed
+("no case found", naming the link). `linattn verify` refuses an input that
+points outside unless given the option.
 
 Usage: data_outside_the_file.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when
 h5py or numpy cannot be imported.
@@ -173,6 +176,50 @@ for name in CASE:
         if f"read external data ({name})" not in out:
             fail(f"{label} {OPT_IN}: the result line does not say it read external data ({name}): {out}")
         same_datasets(label, os.path.join(outdir, "in.h5"), plain_out, ["o", "h", "final_state"])
+
+# 1b. Links inside the file still work; a case group that is an external link
+# is not listed (the third input), and a soft link leading to an
+# external link is refused like the external link itself.
+label = "run, q and k as soft links inside the file"
+print(label)
+folder = os.path.join(WORK, "soft")
+path = write_case(os.path.join(folder, "in.h5"))
+with h5py.File(path, "r+") as f:
+    f.move("q", "store/query")
+    f["q"] = h5py.SoftLink("/store/query")   # absolute
+    f.move("k", "k_data")
+    f["k"] = h5py.SoftLink("k_data")     # relative to the group holding the link
+rc, out, err = linattn("run", path, "-o", os.path.join(folder, "out"), "--no-fsync", "--chunk", "16")
+if rc != 0:
+    fail(f"{label}: exit {rc}\n{out}{err}")
+else:
+    same_datasets(label, os.path.join(folder, "out", "in.h5"), plain_out, ["o", "h", "final_state"])
+
+label = "run, the case group an external link to a group in another file"
+print(label)
+folder = os.path.join(WORK, "group-link")
+write_case(os.path.join(folder, "other.h5"))
+path = os.path.join(folder, "in.h5")
+with h5py.File(path, "w") as f:
+    f["case0"] = h5py.ExternalLink("other.h5", "/")
+outdir = os.path.join(folder, "out")
+rc, out, err = linattn("run", path, "-o", outdir, "--no-fsync", OPT_IN)
+line = next((l for l in err.splitlines() if "FAILED" in l), "")
+if rc != 1 or "no case found" not in line or "external links" not in line or "'case0'" not in line or outputs_in(outdir):
+    fail(f"{label}: exit {rc}, outputs {outputs_in(outdir)}, expected 1, none and 'no case found' naming 'case0': {line!r}")
+print(f"  refused: {line.split('FAILED: ', 1)[-1]}")
+
+label = "run, q a soft link to an external link"
+print(label)
+folder = os.path.join(WORK, "soft-to-external")
+path = write_case(os.path.join(folder, "in.h5"), "q", "link")
+with h5py.File(path, "r+") as f:
+    f.move("q", "elsewhere_q")
+    f["q"] = h5py.SoftLink("/elsewhere_q")
+outdir = os.path.join(folder, "out")
+rc, out, err = linattn("run", path, "-o", outdir, "--no-fsync", OPT_IN)
+refused(label, rc, out, err, "q", "points outside the file", "'elsewhere_q' is an external link to 'q-src.h5'",
+        folder=outdir)
 
 # 2. run --allow-external-data: targets that leave the folder, short files, gaps.
 outside = os.path.join(WORK, "elsewhere")
