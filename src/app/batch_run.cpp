@@ -206,7 +206,8 @@ class Batch {
     if (hung_files_.count(r.input))
       throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
     try {
-      const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
+      const CaseSchema schema =
+          readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
       readers_[0]->close_case(deadline());
       std::int64_t elements = 0;
       for (const hdf5::DatasetInfo* d : {&schema.q, &schema.k, &schema.v})
