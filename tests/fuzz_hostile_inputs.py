@@ -19,6 +19,16 @@ only the case at hand. For every batch it asserts:
   * a failed case left no output (final or .partial), no .partial is left
     anywhere in OUTDIR, and every output in OUTDIR belongs to a case reported ok.
 
+Beside the byte mutations, structural ones (made with h5py when it can be
+imported; docs/HDF5.md, "Data outside the file" and "Unwritten data"): copies
+of EXAMPLE_H5 in which one dataset of one case keeps its data in another file
+(external raw storage, a virtual dataset, an external link; the targets by
+absolute path, through '..' or beside the file) or was never written (no
+storage allocated, chunks missing), and one in which a case group is an
+external link. They run in a batch of their own, once as they are and once
+with --allow-external-data; that case must fail in both (or, an external
+target beside the file, in the first), besides every assertion above.
+
 Mutation k of seed S is made by random.Random(S * 100000 + k) alone, so a
 finding is reproduced with `--seed S --only k` (the mutated files stay in
 WORKDIR/mutants; WORKDIR is emptied at the start of a run; a failing batch's
@@ -33,7 +43,7 @@ largest peak RSS.
 Usage: fuzz_hostile_inputs.py LINATTN_EXE EXAMPLE_H5 WORKDIR [--mutations 320]
        [--seed 1] [--batch 40] [--jobs 2] [--only K[,K...]] [--data-limit MiB]
 Exit 0 when every assertion held, 1 otherwise (the offending mutations listed).
-Standard library only.
+Standard library only, but for the structural mutations (h5py, numpy).
 """
 import argparse
 import os
@@ -161,6 +171,89 @@ class Mutator:
         return bytes(data), what
 
 
+def structural_mutants(pristine_path, folder, secret_folder):
+    """Copies of the pristine file, each with one case made to point outside
+    the file or to hold unwritten data: a list of (id, path, group, allowed_may_run,
+    what), where allowed_may_run says the case may complete with
+    --allow-external-data (its target lies beside the file). Empty without h5py."""
+    try:
+        import h5py
+        import numpy as np
+    except ImportError:
+        print("fuzz: no h5py/numpy; the structural mutations are left out")
+        return []
+    os.makedirs(folder)
+    os.makedirs(secret_folder)
+    secret_bin = os.path.join(secret_folder, "secret.bin")
+    secret_h5 = os.path.join(secret_folder, "secret.h5")
+    rng = np.random.default_rng(31)
+    with h5py.File(pristine_path, "r") as f:
+        largest = max(f[g][d].size for g in PRISTINE_GROUPS for d in ("q", "k", "v"))
+    secret = rng.uniform(-1, 1, largest).astype(np.float32)
+    secret.tofile(secret_bin)
+    secret.tofile(os.path.join(folder, "beside.bin"))
+    # The HDF5 targets hold a dataset of the same path and shape for each of
+    # the example's, and a group g holding a small case.
+    for path in (secret_h5, os.path.join(folder, "beside.h5")):
+        with h5py.File(pristine_path, "r") as f, h5py.File(path, "w") as s:
+            for g in PRISTINE_GROUPS:
+                for d in ("q", "k", "v"):
+                    s[f"{g}/{d}"] = secret[:f[g][d].size].reshape(f[g][d].shape)
+            for d in ("q", "k", "v"):
+                s[f"g/{d}"] = secret[:8].reshape(1, 8, 1, 1)
+    # The external links' target: small, so that its datasets' offsets lie
+    # inside the linking file too (the link alone must be the reason to refuse).
+    with h5py.File(pristine_path, "r") as f, h5py.File(os.path.join(folder, "linked.h5"), "w") as s:
+        for d in ("q", "k", "v"):
+            s[f"case2/{d}"] = secret[:f["case2"][d].size].reshape(f["case2"][d].shape)
+    up = os.path.relpath(secret_folder, folder)   # '../secret'
+
+    def external(f, name, shape, target):
+        f.create_dataset(name, shape=shape, dtype=np.float32, external=[(target, 0, int(np.prod(shape)) * 4)])
+
+    def virtual(f, name, shape, target):
+        layout = h5py.VirtualLayout(shape=shape, dtype=np.float32)
+        layout[...] = h5py.VirtualSource(target, f"{f.name}/{name}", shape=shape)
+        f.create_virtual_dataset(name, layout)
+
+    kinds = [
+        ("external storage, absolute path", False, lambda f, n, s: external(f, n, s, secret_bin)),
+        ("external storage, '..' path", False, lambda f, n, s: external(f, n, s, os.path.join(up, "secret.bin"))),
+        ("external storage beside the file", True, lambda f, n, s: external(f, n, s, "beside.bin")),
+        ("virtual dataset, absolute source", False, lambda f, n, s: virtual(f, n, s, secret_h5)),
+        ("virtual dataset, '..' source", False, lambda f, n, s: virtual(f, n, s, os.path.join(up, "secret.h5"))),
+        ("virtual dataset beside the file", True, lambda f, n, s: virtual(f, n, s, "beside.h5")),
+        ("external link", False, lambda f, n, s: f.__setitem__(n, h5py.ExternalLink("linked.h5", f"{f.name}/{n}"))),
+        ("chunked, never written", False,
+         lambda f, n, s: f.create_dataset(n, shape=s, dtype=np.float32, chunks=(1, 16) + s[2:])),
+        ("chunked, its first chunk missing", False, lambda f, n, s: f.create_dataset(
+            n, shape=s, dtype=np.float32, chunks=(1, 16) + s[2:]).__setitem__((slice(None), slice(16, None)), 1.0)),
+        ("contiguous, never written", False, lambda f, n, s: f.create_dataset(n, shape=s, dtype=np.float32)),
+    ]
+    # case2 is the example's fp32 case: the datasets made here are fp32.
+    mutants = []
+    group = "case2"
+    for i, (what, allowed_may_run, make) in enumerate(kinds):
+        for name in (("q", "k", "v")[i % 3:] + ("q", "k", "v")[:i % 3])[:2]:
+            sid = f"s{len(mutants)}"
+            path = os.path.join(folder, f"{sid}.h5")
+            shutil.copyfile(pristine_path, path)
+            with h5py.File(path, "r+") as f:
+                shape = f[group][name].shape
+                del f[group][name]
+                make(f[group], name, shape)
+            mutants.append((sid, path, group, allowed_may_run, f"{group}/{name}: {what}"))
+    # A case group that is an external link: not listed, so not run.
+    sid = f"s{len(mutants)}"
+    path = os.path.join(folder, f"{sid}.h5")
+    shutil.copyfile(pristine_path, path)
+    with h5py.File(path, "r+") as f:
+        del f["case1"]
+        f["case1"] = h5py.ExternalLink("beside.h5", "/g")
+    mutants.append((sid, path, "case1", False, "case1: an external link to a group of q, k, v in another file"))
+    return mutants
+
+
 # ---------------------------------------------------------------- checks
 
 def group_output_name(group_printed):
@@ -204,8 +297,10 @@ def child_limits():
 
 
 class Batch:
-    def __init__(self, index, seeds, files, pristine, outdir):
+    def __init__(self, index, seeds, files, pristine, outdir, extra=(), must_fail=None):
         self.index, self.seeds, self.files, self.pristine, self.outdir = index, seeds, files, pristine, outdir
+        self.extra = list(extra)               # further options of `linattn run`
+        self.must_fail = must_fail or {}       # file -> the group whose case must not complete
         self.problems = []          # (seed or None, message)
         self.ok = self.failed = self.crashes = self.timeouts = self.lost = 0
         self.failures = []          # (seed, message) of failed cases of mutated files
@@ -214,7 +309,8 @@ class Batch:
 
     def command(self, exe):
         return [exe, "run", *self.files, self.pristine, "-o", self.outdir, "--no-fsync",
-                "--case-timeout", str(CASE_TIMEOUT)] + (["--memory-budget", MEMORY_BUDGET] if DATA_LIMIT else [])
+                "--case-timeout", str(CASE_TIMEOUT)] + (["--memory-budget", MEMORY_BUDGET] if DATA_LIMIT else []) + \
+            self.extra
 
     def problem(self, seed, message):
         self.problems.append((seed, message))
@@ -346,6 +442,9 @@ def check_batch(exe, batch, rc):
     for i, (path, group, ok, detail) in sorted(results.items()):
         seed = seed_of[path]
         stem = os.path.splitext(os.path.basename(path))[0]
+        if ok and batch.must_fail.get(path) == group:
+            batch.problem(seed, f"case [{i}] {path}:{group} completed (-> {detail}), but it points outside its "
+                                f"file or holds unwritten data")
         if ok:
             out = os.path.normpath(detail)
             ok_outputs.add(out)
@@ -446,6 +545,21 @@ def main():
     for b, first in enumerate(range(0, len(files), args.batch)):
         batches.append(Batch(b, seeds[first:first + args.batch], files[first:first + args.batch],
                              os.path.relpath(pristine_copy, workdir), os.path.join("out", f"batch{b:02d}")))
+    # The structural mutations: one batch as they are, one with --allow-external-data.
+    structural = [] if args.only else structural_mutants(pristine_copy, os.path.join(workdir, "structural"),
+                                                          os.path.join(workdir, "secret"))
+    if structural:
+        ids = [m[0] for m in structural]
+        rel = [os.path.relpath(m[1], workdir) for m in structural]
+        for sid, _, _, _, what in structural:
+            described[sid] = what
+        for extra in ([], ["--allow-external-data"]):
+            must_fail = {r: m[2] for r, m in zip(rel, structural) if not (extra and m[3])}
+            b = len(batches)
+            batches.append(Batch(b, ids, rel, os.path.relpath(pristine_copy, workdir),
+                                 os.path.join("out", f"batch{b:02d}"), extra, must_fail))
+        print(f"fuzz: {len(structural)} structural mutations (data outside the file, unwritten data), run twice: "
+              f"as they are and with --allow-external-data")
     # Paths in the commands and in the checks are relative to WORKDIR (the
     # batches' cwd): shorter lines.
     os.chdir(workdir)
@@ -486,6 +600,7 @@ def main():
         print(f"  {count:4d}  {key}")
     print()
     print(f"mutations: {len(files)}")
+    print(f"structural mutations: {len(structural)} (each run twice)")
     print(f"batches: {len(batches)} (up to {args.batch} mutants + the pristine file each, {args.jobs} at a time)")
     print(f"cases ok: {ok}")
     print(f"cases failed: {failed}")
@@ -512,10 +627,11 @@ def main():
         return 0
     print(f"\nfuzz: FAILED, {len(problems)} assertion(s) did not hold:")
     for b, seed, message in problems:
-        where = f"mutation {seed} (seed {args.seed * 100000 + seed}, {described[seed]})" if seed is not None \
-            else f"batch {b.index} (mutations {b.seeds[0]}..{b.seeds[-1]})"
+        where = f"batch {b.index} (mutations {b.seeds[0]}..{b.seeds[-1]})" if seed is None \
+            else f"structural mutation {seed} ({described[seed]})" if isinstance(seed, str) \
+            else f"mutation {seed} (seed {args.seed * 100000 + seed}, {described[seed]})"
         print(f"  {where}: {message}")
-    offending = sorted({seed for _, seed, _ in problems if seed is not None})
+    offending = sorted({seed for _, seed, _ in problems if isinstance(seed, int)})
     if offending:
         print(f"offending mutation seeds: {', '.join(map(str, offending))} "
               f"(reproduce with --seed {args.seed} --only {','.join(map(str, offending))})")

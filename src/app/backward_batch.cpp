@@ -5,6 +5,7 @@
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
 #include "core/printable.hpp"
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/grad_input_file.hpp"
 #include "io/grad_output_stream.hpp"
@@ -62,6 +63,7 @@ struct ForwardOutputParts {
   RunRecord record;
   std::vector<std::int64_t> o_shape, final_state_shape, h_shape;  // h_shape empty: no snapshots stored
   DType h_dtype = DType::f32;
+  bool h_external = false;  // h's data are in other files (--allow-external-data)
   std::vector<std::int64_t> cu_seqlens;
 };
 
@@ -76,6 +78,7 @@ ForwardOutputParts read_forward_parts(const std::string& path) {
     const hdf5::DatasetInfo h = hdf5::dataset_info(f, path, "h");
     fw.h_shape = h.shape;
     fw.h_dtype = h.dtype;
+    fw.h_external = hdf5::reads_other_files(hdf5::open_dataset(f, path, "h").get());
   }
   if (hdf5::link_exists(f, "cu_seqlens")) fw.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
   return fw;
@@ -167,6 +170,9 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
                                         " inputs)");
   const hdf5::File f = hdf5::open_read_only(r.grad);
   c.grad = inspect_grad_case(f.get(), r.grad, rec.input_group, c.p, c.dtype);
+  r.external_data = c.in.external_data;
+  r.external_data.insert(r.external_data.end(), c.grad.external_data.begin(), c.grad.external_data.end());
+  if (fw.h_external && !recompute) r.external_data.push_back("h");
   return c;
 }
 
@@ -290,8 +296,8 @@ std::string progress_line(std::size_t index, std::size_t total, const BackwardCa
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
          "  backward/" + r.gemm + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
          fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
-         " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)  -> " +
-         printable(r.output);
+         " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)" +
+         external_data_note(r.external_data) + "  -> " + printable(r.output);
 }
 
 }  // namespace
@@ -317,6 +323,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   else if (!fs::is_directory(opt.outdir)) outdir_problem = FileError(opt.outdir, "is not a directory").what();
 
   pipeline::install_signal_cleanup();
+  const hdf5::ExternalDataScope external(opt.allow_external_data);
   ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;

@@ -24,6 +24,7 @@ struct BackwardOptions {
   BackwardConfig backward;       // gemm, output dtype, recompute_h
   bool force = false;            // replace existing outputs
   bool allow_nonfinite = false;  // accept NaN/Inf in the inputs and gradients
+  bool allow_external_data = false;  // read external raw storage and virtual datasets from their file's folder
   bool durable = true;           // fsync each output before its rename
   std::int64_t memory_budget = 0;  // bytes for a case's working set; 0: pipeline::default_memory_budget()
   bool progress_bar = true;        // a redrawn bar when stderr is a terminal
@@ -40,6 +41,7 @@ struct BackwardCaseResult {
   double kernel_seconds = 0, wall_seconds = 0;
   std::int64_t windows = 0;       // 1: the whole case in one run_backward call
   std::int64_t window_bytes = 0;  // the largest window's working set (backward_window_plan.hpp)
+  std::vector<std::string> external_data;  // datasets read from other files (--allow-external-data)
 };
 
 // OUTDIR/STEM.grad.h5 for forward output STEM.h5.

@@ -16,7 +16,7 @@ Command add_backward_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> forwards, grads;
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", memory_budget;
-    bool recompute_h = false, force = false, allow_nonfinite = false, no_fsync = false;
+    bool recompute_h = false, force = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -51,6 +51,10 @@ Command add_backward_command(CLI::App& parent) {
                 "forwards run with --snapshots none");
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs and gradients");
+  cmd->add_flag("--allow-external-data", o->allow_external_data,
+                "Read datasets (of the input case, the gradient input or the forward output) whose data are in other "
+                "files (external raw storage, virtual datasets), looking those files up in the folder of the file "
+                "that names them only (docs/HDF5.md, \"Data outside the file\"); refused by default");
   cmd->add_flag("--no-fsync", o->no_fsync, "Do not flush each output to disk before renaming it into place");
   cmd->add_option("--memory-budget", o->memory_budget,
                   "Memory for a case's working set, e.g. 512M or 8G (default: a quarter of physical memory); a case "
@@ -71,6 +75,7 @@ Command add_backward_command(CLI::App& parent) {
             opt.backward.recompute_h = o->recompute_h;
             opt.force = o->force;
             opt.allow_nonfinite = o->allow_nonfinite;
+            opt.allow_external_data = o->allow_external_data;
             opt.durable = !o->no_fsync;
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);

@@ -206,7 +206,8 @@ class Batch {
     if (hung_files_.count(r.input))
       throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
     try {
-      const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, deadline());
+      const CaseSchema schema =
+          readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
       readers_[0]->close_case(deadline());
       std::int64_t elements = 0;
       for (const hdf5::DatasetInfo* d : {&schema.q, &schema.k, &schema.v})
@@ -221,11 +222,14 @@ class Batch {
   void run_case_reading(CaseResult& r, std::size_t index, std::size_t total) {
     const Clock::time_point started = Clock::now();
     const Clock::time_point until = deadline();
-    const CaseSchema schema = readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
-    for (std::size_t i = 1; i < readers_.size(); ++i) readers_[i]->open_case(r.input, r.group, opt_.allow_nonfinite, until);
+    const CaseSchema schema =
+        readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
+    for (std::size_t i = 1; i < readers_.size(); ++i)
+      readers_[i]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
     const Problem p = case_problem(opt_, r, schema);
     r.problem = p;
     r.dtype = schema.q.dtype;
+    r.external_data = schema.external_data;
     const CaseStorage s = case_storage(opt_, schema);
     const OutputLayout out_layout = output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize,
                                                   opt_.compress);

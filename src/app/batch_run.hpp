@@ -31,6 +31,7 @@ struct RunOptions {
   bool compress = false;         // gzip the output datasets
   bool force = false;            // replace existing output files
   bool allow_nonfinite = false;  // accept NaN/Inf input elements
+  bool allow_external_data = false;  // read external raw storage and virtual datasets from the input's folder
   bool skip_existing = false;    // keep complete outputs and run only the other cases
   bool durable = true;           // fsync each output before its rename (--no-fsync turns it off)
   std::int64_t memory_budget = 0;   // host bytes for the run's buffers; 0: a quarter of physical memory
@@ -56,6 +57,7 @@ struct CaseResult {
   std::int64_t windows = 0;
   std::string segment_chunks;  // context parallel: each rank's chunks, "9+7" (then windows is not printed)
   std::string tile_path;  // the kernel path that ran (gemm_path_name), once computed
+  std::vector<std::string> external_data;  // its datasets read from other files (--allow-external-data)
 
   std::string label() const { return group.empty() ? input : input + ":" + group; }
   double gigabytes_per_second() const { return kernel_seconds > 0 ? min_bytes / kernel_seconds / 1e9 : 0.0; }

@@ -32,6 +32,8 @@ std::string encode_results(const std::vector<CaseResult>& results, const std::ve
     w.i64(static_cast<std::int64_t>(i)).str(r.input).str(r.group).str(r.output).str(r.error).str(r.tile_path);
     w.i64(r.ok).i64(r.skipped).i64(static_cast<std::int64_t>(r.dtype)).i64(r.windows);
     w.i64(bits_of(r.kernel_seconds)).i64(bits_of(r.min_bytes)).i64(bits_of(r.wall_seconds));
+    w.i64(static_cast<std::int64_t>(r.external_data.size()));
+    for (const std::string& name : r.external_data) w.str(name);
     w.i64(r.problem.has_value());
     if (r.problem) {
       const Problem& p = *r.problem;
@@ -60,6 +62,8 @@ void decode_results(const std::string& bytes, std::vector<CaseResult>& results) 
     r.kernel_seconds = double_of(m.i64());
     r.min_bytes = double_of(m.i64());
     r.wall_seconds = double_of(m.i64());
+    r.external_data.clear();
+    for (std::int64_t e = m.i64(); e > 0; --e) r.external_data.push_back(m.str());
     r.problem.reset();
     if (m.i64() != 0) {
       const std::vector<std::int64_t> s = m.i64s();

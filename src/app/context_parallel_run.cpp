@@ -4,6 +4,7 @@
 #include "app/report.hpp"
 #include "core/ledger.hpp"
 #include "core/printable.hpp"
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_file.hpp"
 #include "io/input_slice.hpp"
@@ -146,6 +147,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   if (failed_anywhere(attempt(r, open_case), r)) return;
   r.problem = p;
   r.dtype = s.input;
+  r.external_data = schema.external_data;
   // The segments, cut by what the state pass costs (parallel/segment_plan.hpp).
   // Unlike the pipeline, a rank's forward may split its sequences on tensor cores
   // (choose_segments): its bits differ from one rank's there anyway (docs/PARALLEL.md).
@@ -294,6 +296,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
 std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream& progress, std::ostream& errors) {
   const bool root = parallel::rank() == 0;
   pipeline::install_signal_cleanup();
+  // The inputs are read in this process (no reader process here).
+  const hdf5::ExternalDataScope external(opt.allow_external_data);
   // Rank 0 lists the cases (in this process: no reader process here) and checks their outputs.
   std::vector<CaseResult> results;
   if (root) {

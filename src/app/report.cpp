@@ -16,13 +16,20 @@ std::string shape_summary(const Problem& p) {
          " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV);
 }
 
+std::string external_data_note(const std::vector<std::string>& datasets) {
+  if (datasets.empty()) return "";
+  std::string names;
+  for (const std::string& d : datasets) names += (names.empty() ? "" : ", ") + d;
+  return "  read external data (" + names + ")";
+}
+
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
   return case_counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
          (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows")
                                    : "chunks " + r.segment_chunks + " by rank") +
-         "  -> " + printable(r.output);
+         external_data_note(r.external_data) + "  -> " + printable(r.output);
 }
 
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r) {

@@ -15,6 +15,10 @@ std::string case_counter(std::size_t index, std::size_t total);
 // "B=1 T=300 H=2 DK=32 DV=32"
 std::string shape_summary(const Problem& p);
 
+// "  read external data (q, cu_seqlens)" for a case that read datasets from
+// other files (--allow-external-data); "" for none.
+std::string external_data_note(const std::vector<std::string>& datasets);
+
 // "[2/3] inputs/example.h5:case1  B=1 T=300 ... bf16  fused  12.3 ms  4.5 GB/s  -> outputs/example.case1.h5"
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant);
 // "[2/3] inputs/example.h5:case1  FAILED: <error>"

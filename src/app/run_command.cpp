@@ -22,7 +22,7 @@ Command add_run_command(CLI::App& parent) {
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", snapshots = "fp32";
     std::int64_t chunk = 64;
     double scale = 1.0;
-    bool compress = false, force = false, allow_nonfinite = false, normalize = false;
+    bool compress = false, force = false, allow_nonfinite = false, allow_external_data = false, normalize = false;
     bool skip_existing = false, no_fsync = false;
     std::string memory_budget;
     double case_timeout = 1800;
@@ -72,6 +72,9 @@ Command add_run_command(CLI::App& parent) {
   CLI::Option* compress = cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs");
+  cmd->add_flag("--allow-external-data", o->allow_external_data,
+                "Read inputs whose data are in other files (external raw storage, virtual datasets), looking those "
+                "files up in the input's folder only (docs/HDF5.md, \"Data outside the file\"); refused by default");
   cmd->add_flag("--skip-existing", o->skip_existing,
                 "Keep outputs that are complete (an interrupted batch resumes) and run the other cases")
       ->excludes("--force");
@@ -116,6 +119,7 @@ Command add_run_command(CLI::App& parent) {
             opt.compress = o->compress;
             opt.force = o->force;
             opt.allow_nonfinite = o->allow_nonfinite;
+            opt.allow_external_data = o->allow_external_data;
             opt.skip_existing = o->skip_existing;
             opt.durable = !o->no_fsync;
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);

@@ -3,10 +3,12 @@
 // gradient output of `linattn backward` (it holds dq) goes to verify_gradients.
 #include "app/chunk_errors.hpp"
 #include "app/command.hpp"
+#include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "app/verify_gradients.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/grad_output_file.hpp"
 #include "io/input_file.hpp"
@@ -30,7 +32,7 @@ void check_shape(const std::string& file, const char* name, const Tensor& t, con
 Command add_verify_command(CLI::App& parent) {
   struct Options {
     std::string output, input, grad;
-    bool per_chunk = false;
+    bool per_chunk = false, allow_external_data = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -46,8 +48,13 @@ Command add_verify_command(CLI::App& parent) {
   cmd->add_option("--grad", o->grad,
                   "For a gradient output: the gradient input (default: its grad_file attribute)");
   cmd->add_flag("--per-chunk", o->per_chunk, "Also print the error of o and h per chunk index (checked too)");
+  cmd->add_flag("--allow-external-data", o->allow_external_data,
+                "Read datasets whose data are in other files (external raw storage, virtual datasets), looking those "
+                "files up in the folder of the file that names them only (docs/HDF5.md, \"Data outside the "
+                "file\"); refused by default");
 
   return {cmd, [o] {
+            hdf5::set_external_data_allowed(o->allow_external_data);
             if (is_grad_output_file(o->output)) {
               if (o->per_chunk)
                 throw std::invalid_argument("--per-chunk applies to forward outputs; " + o->output +
@@ -105,7 +112,7 @@ Command add_verify_command(CLI::App& parent) {
                       << rec.variant << " (" << rec.gemm_path << "), chunk " << p.chunk << ", scale " << p.scale << ", "
                       << dtype_name(input_dtype) << " inputs"
                       << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
-                      << (rec.normalize ? ", normalized" : "") << ")\n";
+                      << (rec.normalize ? ", normalized" : "") << ")" << external_data_note(in.external_data) << "\n";
             const std::vector<double> od = out.o.to_double(), hd = out.h.to_double();
             TextTable table{{"tensor", "dtype", "rel_L2", "level", "status"}, {false, false, true, true, false}, {}};
             const double eo = relative_l2(od, ref.o);

@@ -1,5 +1,6 @@
 #include "app/verify_gradients.hpp"
 
+#include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
@@ -65,7 +66,10 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
       << ", scale " << p.scale << ", " << dtype_name(dtype) << " inputs"
       << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
       << (gr.recompute_h ? ", snapshots recomputed" : ", " + rec.snapshot_dtype + " snapshots")
-      << (g.dht.empty() ? ", no dht" : "") << ")\n";
+      << (g.dht.empty() ? ", no dht" : "") << ")";
+  std::vector<std::string> external = in.external_data;
+  external.insert(external.end(), g.external_data.begin(), g.external_data.end());
+  out << external_data_note(external) << "\n";
   TextTable table{{"tensor", "dtype", "rel_L2", "level", "status"}, {false, false, true, true, false}, {}};
   bool ok = true;
   for (int i = 0; i < 4; ++i) {

@@ -1,5 +1,6 @@
 #include "io/grad_input_file.hpp"
 
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_file.hpp"
 
@@ -44,6 +45,9 @@ GradSchema inspect_grad_case(hid_t f, const std::string& file, const std::string
     check_dataset(f, file, dht_path, p.state_shape(), p.varlen() ? "[N (sequences), H, DK, DV]" : "[B, H, DK, DV]",
                   acc, std::string("dht takes the accumulation type of ") + dtype_name(input) + " inputs");
   }
+  for (const auto& [name, path] : {std::pair<const char*, std::string>{"do", do_path}, {"dht", dht_path}})
+    if (hdf5::link_exists(f, path) && hdf5::reads_other_files(hdf5::open_dataset(f, file, path).get()))
+      g.external_data.push_back(name);
   return g;
 }
 
@@ -54,6 +58,7 @@ GradData read_grad_case(const std::string& file, const std::string& case_group, 
   const GradSchema schema = inspect_grad_case(f, file, case_group, p, input);
   GradData g;
   g.group = schema.group;
+  g.external_data = schema.external_data;
   const std::string do_path = dataset_path(g.group, "do"), dht_path = dataset_path(g.group, "dht");
   g.d_o = hdf5::read_tensor(f, file, do_path);
   if (schema.has_dht) g.dht = hdf5::read_tensor(f, file, dht_path);

@@ -19,6 +19,7 @@ struct GradData {
   Tensor d_o;         // dataset do
   Tensor dht;         // empty when the file has none
   std::string group;  // where they were read: "" for the root
+  std::vector<std::string> external_data;  // as in GradSchema
 };
 
 // Where the gradients of a case lie, from the metadata alone (the checks of
@@ -26,6 +27,7 @@ struct GradData {
 struct GradSchema {
   std::string group;     // "" for the root
   bool has_dht = false;  // dht absent: zero
+  std::vector<std::string> external_data;  // "do", "dht" when read from other files (--allow-external-data)
 };
 GradSchema inspect_grad_case(hid_t file, const std::string& file_name, const std::string& case_group,
                              const Problem& p, DType input);

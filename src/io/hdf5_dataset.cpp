@@ -1,8 +1,10 @@
 #include "io/hdf5_dataset.hpp"
 
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_errors.hpp"
 #include "io/hdf5_handles.hpp"
+#include "io/hdf5_links.hpp"
 #include "io/hdf5_types.hpp"
 
 #include <algorithm>
@@ -16,10 +18,12 @@ std::string with_detail(const std::string& what) {
   return detail.empty() ? what : what + " (HDF5: " + detail + ")";
 }
 
-// The kind of object at path (H5I_DATASET, H5I_GROUP, ...), H5I_BADID when there is none.
+// The kind of object at path (H5I_DATASET, H5I_GROUP, ...), H5I_BADID when
+// there is none in this file.
 H5I_type_t object_type(hid_t file, const std::string& path) {
-  if (!link_exists(file, path)) return H5I_BADID;
-  const hid_t id = H5Oopen(file, path.c_str(), H5P_DEFAULT);
+  const LinkPath link = follow_links(file, path);
+  if (!link.found || !link.leaves.empty()) return H5I_BADID;
+  const hid_t id = H5Oopen(file, link.hard.c_str(), H5P_DEFAULT);
   if (id < 0) {
     last_error_detail();  // clear the stack: "not there" is an answer here, not an error
     return H5I_BADID;
@@ -72,19 +76,26 @@ Datatype variable_string_type() {
 }  // namespace
 
 Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path) {
-  if (!link_exists(file, path)) throw FileError(file_name, path, "missing");
-  if (!is_dataset(file, path)) throw FileError(file_name, path, "is not a dataset");
-  Dataset ds(H5Dopen2(file, path.c_str(), H5P_DEFAULT));
+  // Through hard links only: HDF5 would follow an external link into another file.
+  const LinkPath link = follow_links(file, path);
+  if (!link.found) throw FileError(file_name, path, "missing");
+  if (!link.leaves.empty())
+    throw FileError(file_name, path, "points outside the file: " + link.leaves +
+                                         "; linattn follows no links into other files");
+  if (!is_dataset(file, link.hard)) throw FileError(file_name, path, "is not a dataset");
+  const PropertyList access = dataset_access(file);
+  Dataset ds(H5Dopen2(file, link.hard.c_str(), access.get()));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be opened"));
+  check_storage(file, ds.get(), file_name, path);
   return ds;
 }
 
 void check_stored_bytes(hid_t file, const std::string& file_name, const std::string& path, std::int64_t needed) {
   const Dataset ds = open_dataset(file, file_name, path);
   PropertyList dcpl(H5Dget_create_plist(ds.get()));
-  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS) return;
+  // Data in other files were checked when the dataset was opened (check_storage).
+  if (!dcpl.valid() || H5Pget_layout(dcpl.get()) != H5D_CONTIGUOUS || H5Pget_external_count(dcpl.get()) > 0) return;
   const hsize_t stored = H5Dget_storage_size(ds.get());
-  if (stored == 0 && needed > 0) return;  // never written: reads give the fill value
   if (static_cast<std::int64_t>(stored) < needed)
     throw FileError(file_name, path, "stores " + std::to_string(stored) + " bytes, its shape needs " +
                                          std::to_string(needed) + " (truncated or corrupt file)");
@@ -177,20 +188,7 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   return ds;
 }
 
-bool link_exists(hid_t file, const std::string& path) {
-  // Check each prefix: H5Lexists fails (rather than answering no) when an
-  // intermediate group is missing.
-  std::size_t pos = 0;
-  while (true) {
-    pos = path.find('/', pos + 1);
-    const std::string prefix = path.substr(0, pos);
-    if (!prefix.empty() && H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) {
-      last_error_detail();
-      return false;
-    }
-    if (pos == std::string::npos) return true;
-  }
-}
+bool link_exists(hid_t file, const std::string& path) { return follow_links(file, path).found; }
 
 bool is_dataset(hid_t file, const std::string& path) { return object_type(file, path) == H5I_DATASET; }
 bool is_group(hid_t file, const std::string& path) { return object_type(file, path) == H5I_GROUP; }

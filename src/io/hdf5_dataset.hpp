@@ -20,8 +20,10 @@ struct WriteOptions {
 };
 
 // True when every link on the path exists (so that HDF5 is never asked for a
-// link below a missing group, which is an error rather than "no").
+// link below a missing group, which is an error rather than "no"); an
+// external link exists too, though nothing behind it is followed (hdf5_links.hpp).
 bool link_exists(hid_t file, const std::string& path);
+// A dataset or group in this file (false behind an external link).
 bool is_dataset(hid_t file, const std::string& path);
 bool is_group(hid_t file, const std::string& path);
 
@@ -53,10 +55,15 @@ void write_index_vector(hid_t file, const std::string& file_name, const std::str
 
 // Throws FileError when a contiguous dataset stores fewer bytes than `needed`,
 // or its data would lie past the end of the file (a truncated file). Chunked
-// datasets are left to the reads, which fail on a missing chunk.
+// datasets are left to the reads, which fail on a damaged chunk (a missing
+// one is refused when the dataset is opened).
 void check_stored_bytes(hid_t file, const std::string& file_name, const std::string& path, std::int64_t needed);
 
-// Opens a dataset for the block reads and writes below (FileError when absent).
+// Opens a dataset for the block reads and writes below, through hard links
+// only, and checks where its data are and that they were written
+// (check_storage, dataset_storage.hpp). FileError when it is absent, not a
+// dataset, behind an external link, or refused by check_storage. Every
+// function here that reads a dataset opens it this way.
 Dataset open_dataset(hid_t file, const std::string& file_name, const std::string& path);
 
 // The block [start, start + count) of a dataset, from or into contiguous

@@ -1,6 +1,7 @@
 #include "io/input_file.hpp"
 
 #include "core/problem.hpp"
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_file.hpp"
@@ -40,12 +41,22 @@ bool natural_less(const std::string& a, const std::string& b) {
   return a.size() - i < b.size() - j;
 }
 
-herr_t collect_case(hid_t, const char* name, const H5L_info_t*, void* out) {
+// What listing a file finds: the case groups, and the external links, which
+// the listing does not follow (a "no case found" names them).
+struct Listing {
+  std::set<std::string> cases;
+  std::vector<std::string> external_links;
+};
+
+herr_t collect_case(hid_t, const char* name, const H5L_info_t* info, void* out) {
+  Listing& listing = *static_cast<Listing*>(out);
   const std::string path = name;
   const std::size_t slash = path.rfind('/');
   const std::string base = slash == std::string::npos ? path : path.substr(slash + 1);
   if (base == "q" || base == "k" || base == "v")
-    static_cast<std::set<std::string>*>(out)->insert(slash == std::string::npos ? "" : path.substr(0, slash));
+    listing.cases.insert(slash == std::string::npos ? "" : path.substr(0, slash));
+  else if (info->type == H5L_TYPE_EXTERNAL)
+    listing.external_links.push_back(path);
   return 0;
 }
 
@@ -95,12 +106,19 @@ std::string dataset_path(const std::string& group, const std::string& name) {
 
 std::vector<std::string> list_cases(const std::string& file) {
   const hdf5::File f = hdf5::open_read_only(file);
-  std::set<std::string> groups;
-  if (H5Lvisit(f.get(), H5_INDEX_NAME, H5_ITER_INC, collect_case, &groups) < 0)
+  Listing listing;
+  if (H5Lvisit(f.get(), H5_INDEX_NAME, H5_ITER_INC, collect_case, &listing) < 0)
     throw FileError(file, "cannot list its contents (corrupt file?)");
-  std::vector<std::string> cases(groups.begin(), groups.end());
+  std::vector<std::string> cases(listing.cases.begin(), listing.cases.end());
   std::sort(cases.begin(), cases.end(), natural_less);
-  if (cases.empty()) throw FileError(file, "no case found: expected datasets q, k and v at the root or in groups");
+  if (cases.empty()) {
+    const std::size_t n = listing.external_links.size();
+    throw FileError(file, "no case found: expected datasets q, k and v at the root or in groups" +
+                              (n == 0 ? std::string()
+                                      : " (external links, which point outside the file, are not followed: '" +
+                                            listing.external_links[0] + "'" +
+                                            (n > 1 ? " and " + std::to_string(n - 1) + " more" : "") + ")"));
+  }
   return cases;
 }
 
@@ -176,6 +194,11 @@ CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& gr
                                         shape_string(expected));
     check_sizes(id, file, z_path, z);
   }
+  for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens"}) {
+    const std::string path = dataset_path(group, name);
+    if (hdf5::link_exists(id, path) && hdf5::reads_other_files(hdf5::open_dataset(id, file, path).get()))
+      schema.external_data.push_back(name);
+  }
   return schema;
 }
 
@@ -230,6 +253,7 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
     if (!options.allow_nonfinite) check_finite(tensor->bytes.data(), tensor->dtype, tensor->shape, {}, file, path);
   }
   data.cu_seqlens = schema.cu_seqlens;
+  data.external_data = schema.external_data;
   return data;
 }
 

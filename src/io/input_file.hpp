@@ -30,6 +30,7 @@ struct CaseData {
   Tensor initial_state;                 // empty when the case has none
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   Tensor initial_z;                     // dataset z_state; empty when the case has none
+  std::vector<std::string> external_data;  // as in CaseSchema
 };
 
 // What a case holds, from its metadata alone (read_case's schema checks, and
@@ -41,6 +42,9 @@ struct CaseSchema {
   hdf5::DatasetInfo q, k, v;
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   bool has_initial_state = false, has_initial_z = false;
+  // The datasets ("q", "cu_seqlens") whose data are in other files, which
+  // --allow-external-data accepted (hdf5::check_storage); the result line names them.
+  std::vector<std::string> external_data;
   std::int64_t num_sequences() const {
     return cu_seqlens.empty() ? q.shape[0] : static_cast<std::int64_t>(cu_seqlens.size()) - 1;
   }

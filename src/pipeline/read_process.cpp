@@ -1,5 +1,6 @@
 #include "pipeline/read_process.hpp"
 
+#include "io/dataset_storage.hpp"
 #include "io/file_error.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_errors.hpp"
@@ -68,7 +69,10 @@ class Worker {
           case MessageKind::list_cases: reply_cases(m.str()); break;
           case MessageKind::open_case: {
             const std::string file = m.str(), group = m.str();
-            open(file, group, m.i64() != 0);
+            const bool allow_nonfinite = m.i64() != 0;
+            // The batch's --allow-external-data, for this case's datasets (opened, so checked, here).
+            hdf5::set_external_data_allowed(m.i64() != 0);
+            open(file, group, allow_nonfinite);
             break;
           }
           case MessageKind::read_window: read(decode_window_read(payload)); break;

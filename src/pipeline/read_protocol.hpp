@@ -15,7 +15,7 @@ namespace linattn::pipeline {
 
 enum class MessageKind : std::uint32_t {
   list_cases = 1,   // request: file                      -> reply cases: count, names
-  open_case = 2,    // request: file, group, allow        -> reply schema (see read_process.cpp)
+  open_case = 2,    // request: file, group, allow nonfinite, allow external data -> reply schema (read_process.cpp)
   read_window = 3,  // request: WindowRead                -> reply done
   close_case = 4,   // request: nothing                   -> reply done
   cases = 11,

@@ -133,10 +133,11 @@ std::vector<std::string> ReaderProcess::list_cases(const std::string& file, Cloc
 }
 
 CaseSchema ReaderProcess::open_case(const std::string& file, const std::string& group, bool allow_nonfinite,
-                                    Clock::time_point deadline) {
+                                    bool allow_external_data, Clock::time_point deadline) {
   if (socket_ < 0) start();
   doing_ = file + (group.empty() ? "" : ":" + group);
-  send(MessageKind::open_case, MessageWriter().str(file).str(group).i64(allow_nonfinite).bytes());
+  send(MessageKind::open_case,
+       MessageWriter().str(file).str(group).i64(allow_nonfinite).i64(allow_external_data).bytes());
   return decode_case_schema(wait_reply(MessageKind::schema, deadline, "while opening"));
 }
 

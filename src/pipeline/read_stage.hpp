@@ -32,8 +32,9 @@ class ReaderProcess {
 
   // Synchronous requests. A failure the reader reports is a FileError with its message.
   std::vector<std::string> list_cases(const std::string& file, Clock::time_point deadline);
+  // allow_external_data: --allow-external-data (hdf5::set_external_data_allowed in the reader).
   CaseSchema open_case(const std::string& file, const std::string& group, bool allow_nonfinite,
-                       Clock::time_point deadline);
+                       bool allow_external_data, Clock::time_point deadline);
   void close_case(Clock::time_point deadline);
 
   // Pipelined window reads: send any number, then collect their replies in order.
