@@ -52,6 +52,24 @@ void set_scale_attribute(const std::string& path, double scale) {
   H5Fclose(f);
 }
 
+// Replaces a string attribute of the file's root (variable-length UTF-8, as linattn writes them).
+void set_string_attribute(const std::string& path, const char* name, const std::string& value) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Adelete(f, name), 0);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* text = value.c_str();
+  ASSERT_GE(H5Awrite(attr, type, &text), 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
+  H5Fclose(f);
+}
+
 class CliEndToEnd : public ::testing::Test {
  protected:
   TempDir dir{"cli"};
@@ -185,12 +203,35 @@ TEST_F(CliEndToEnd, VerifyFindsTheInputFromAnyFolder) {
   fs::rename(work, moved);
   v = linattn_cli(dir, "verify out/plain.h5", "cd '" + moved + "' &&");
   EXPECT_EQ(v.code, 0) << v.output;
+  // backward finds the forward's input the same way, and verify its gradient output's files.
+  ASSERT_EQ(linattn_cli(dir, "generate --grad plain.h5 -o grad.h5 --seed 14", "cd '" + moved + "' &&").code, 0);
+  v = linattn_cli(dir, "backward ../moved/out/plain.h5 --grad ../moved/grad.h5 -o ../moved/bwd",
+                  "cd '" + elsewhere + "' &&");
+  ASSERT_EQ(v.code, 0) << v.output;
+  v = linattn_cli(dir, "verify plain.grad.h5", "cd '" + moved + "/bwd' &&");
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
 
   // The output given as its own input is refused, saying so.
   v = linattn_cli(dir, "verify plain.h5 --input plain.h5", "cd '" + moved + "/out' &&");
   EXPECT_EQ(v.code, 2) << v.output;
   EXPECT_TRUE(contains(v.output, "linattn verify: error: plain.h5: --input plain.h5 is this output file itself"))
       << v.output;
+  // So is an output made before the relative path was recorded, read from inside its folder, where the input's
+  // name as typed then ("plain.h5") is the output itself.
+  set_string_attribute(moved + "/out/plain.h5", "input_file", "plain.h5");
+  {
+    const hid_t f = H5Fopen((moved + "/out/plain.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Adelete(f, "input_file_relative"), 0);
+    H5Fclose(f);
+  }
+  v = linattn_cli(dir, "verify plain.h5", "cd '" + moved + "/out' &&");
+  EXPECT_EQ(v.code, 2) << v.output;
+  EXPECT_TRUE(contains(v.output, "plain.h5: its attribute 'input_file' names plain.h5, which is this output file "
+                                 "itself")) << v.output;
+  v = linattn_cli(dir, "verify out/plain.h5", "cd '" + moved + "' &&");  // from where it was made: found as typed
+  EXPECT_EQ(v.code, 0) << v.output;
 }
 
 TEST_F(CliEndToEnd, VerifyFailsOnTamperedOutputsAndWrongInput) {
@@ -351,6 +392,29 @@ TEST_F(CliEndToEnd, BareLinattnPrintsTheUsageAndExits2) {
     EXPECT_TRUE(contains(bare.output, sub)) << bare.output;
   EXPECT_EQ(linattn_cli(dir, "run").code, 2);  // a required option missing
   EXPECT_EQ(linattn_cli(dir, "nonsense").code, 2);
+}
+
+// bench names its accuracy columns for what they hold (the backward's dq, dk,
+// dv; the state pass's final state), and run and bench take one set of
+// --snapshots values, each help saying why its default is what it is.
+TEST_F(CliEndToEnd, BenchNamesItsAccuracyColumnsAndSnapshotsAgreeWithRun) {
+  const Exit backward = linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --backward --reps 1 --warmup 0");
+  ASSERT_EQ(backward.code, 0) << backward.output;
+  EXPECT_TRUE(contains(backward.output, "dq rel L2  dk rel L2  dv rel L2")) << backward.output;
+  EXPECT_FALSE(contains(backward.output, "o rel L2")) << backward.output;
+  EXPECT_TRUE(contains(backward.output, "scale 0.25")) << backward.output;
+  const Exit forward =
+      linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --variants fused --state-pass --reps 1 --warmup 0");
+  ASSERT_EQ(forward.code, 0) << forward.output;
+  EXPECT_TRUE(contains(forward.output, "o rel L2  final_state rel L2")) << forward.output;
+
+  const Exit run_help = linattn_cli(dir, "run --help"), bench_help = linattn_cli(dir, "bench --help");
+  for (const Exit* help : {&run_help, &bench_help}) {
+    EXPECT_TRUE(contains(help->output, "--snapshots TEXT:{fp32,bf16,none}")) << help->output;
+    EXPECT_TRUE(contains(help->output, "run defaults to fp32") || contains(help->output, "bench defaults to bf16"))
+        << help->output;
+  }
+  EXPECT_EQ(linattn_cli(dir, "bench --shape 1,128,1,16 --snapshots fp64 --reps 1").code, 2);
 }
 
 TEST_F(CliEndToEnd, HelpOnEverySubcommand) {

@@ -55,7 +55,7 @@ Command add_ledger_command(CLI::App& parent) {
             std::cout << "B=" << o->batch << " H=" << o->heads << " DK=" << o->dk << " DV=" << o->dv
                       << " C=" << o->chunk << "\n"
                       << table.str()
-                      << "\nWhat each column counts (src/core/ledger.hpp), GFLOP over all B and H:\n"
+                      << "\nWhat each column counts (src/core/ledger.hpp), summed over B and H; X/FA columns are ratios:\n"
                          "  recompute state    the prefix states alone: every chunk sums K^T V of all tokens before it\n"
                          "                     (the step the recompute form repeats); without the output terms\n"
                          "  sequential state   the same states from one pass, K_c^T V_c once per chunk: 2 T DK DV\n"

@@ -60,7 +60,8 @@ std::string resolve_recorded_path(const std::string& output, const RecordedPath&
   }
   if (same_file(found, output))
     throw FileError(output, "its attribute '" + attribute + "' names " + found +
-                                ", which is this output file itself, not the file it was made from");
+                                ", which is this output file itself, not the file it was made from (give the "
+                                "input with --input)");
   return found;
 }
 
