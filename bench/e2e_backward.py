@@ -111,7 +111,7 @@ def main():
     rows.append({"job": "linattn backward --no-fsync", "wall_s": round(wall, 3), "peak_rss": rss})
 
     os.makedirs(os.path.join(w, "script"))
-    scale = 1.0  # linattn run's default scale, which the backward reads from the forward output
+    scale = int(args.shape.split(",")[3]) ** -0.5  # linattn run's default, DK^-0.5, which the backward reads from the forward output
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, os.path.abspath(__file__), "--linattn", args.linattn, "--fla", args.fla,
                         "--child", inp, grad, os.path.join(w, "script"), str(scale)],

@@ -375,7 +375,7 @@ def main():
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16", "fp32"], help="for --generate")
     ap.add_argument("--cases", type=int, default=4, help="for --generate (default: %(default)s)")
     ap.add_argument("--seed", type=int, default=1, help="for --generate")
-    ap.add_argument("--scale", type=float, default=1.0, help="o's scale, given to both sides (linattn's default 1)")
+    ap.add_argument("--scale", type=float, default=1.0, help="o's scale, given to both sides (linattn's default is DK^-0.5; 1 here, as the recorded runs had)")
     ap.add_argument("--reps", type=int, default=1, help="timed runs of each job; the median is reported")
     ap.add_argument("--warmup", type=int, default=1,
                     help="untimed runs of every job first (triton's kernel cache, fla's autotuning cache)")

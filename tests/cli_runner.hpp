@@ -24,9 +24,11 @@ inline std::string linattn_exe() {
   return env && *env ? env : LINATTN_EXE;
 }
 
-inline Exit linattn_cli(const TempDir& dir, const std::string& args) {
+// `before` goes in front of the program on the shell's line: "cd 'DIR' &&" to
+// run it from another folder, "NAME=VALUE" to set its environment.
+inline Exit linattn_cli(const TempDir& dir, const std::string& args, const std::string& before = "") {
   const std::string log = dir / "cli.log";
-  const std::string command = "'" + linattn_exe() + "' " + args + " > '" + log + "' 2>&1";
+  const std::string command = before + " '" + linattn_exe() + "' " + args + " > '" + log + "' 2>&1";
   const int status = std::system(command.c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, read_bytes(log)};
 }

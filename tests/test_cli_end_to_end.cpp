@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <sstream>
 
@@ -47,6 +49,24 @@ void set_scale_attribute(const std::string& path, double scale) {
   const hid_t attr = H5Aopen(f, "scale", H5P_DEFAULT);
   ASSERT_GE(H5Awrite(attr, H5T_NATIVE_DOUBLE, &scale), 0);
   H5Aclose(attr);
+  H5Fclose(f);
+}
+
+// Replaces a string attribute of the file's root (variable-length UTF-8, as linattn writes them).
+void set_string_attribute(const std::string& path, const char* name, const std::string& value) {
+  const hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+  ASSERT_GE(f, 0);
+  ASSERT_GE(H5Adelete(f, name), 0);
+  const hid_t type = H5Tcopy(H5T_C_S1);
+  H5Tset_size(type, H5T_VARIABLE);
+  H5Tset_cset(type, H5T_CSET_UTF8);
+  const hid_t space = H5Screate(H5S_SCALAR);
+  const hid_t attr = H5Acreate2(f, name, type, space, H5P_DEFAULT, H5P_DEFAULT);
+  const char* text = value.c_str();
+  ASSERT_GE(H5Awrite(attr, type, &text), 0);
+  H5Aclose(attr);
+  H5Sclose(space);
+  H5Tclose(type);
   H5Fclose(f);
 }
 
@@ -117,6 +137,101 @@ TEST_F(CliEndToEnd, GenerateRunVerify) {
   const Exit per_chunk = linattn_cli(dir, "verify '" + outdir + "/in.case0.h5' --per-chunk");
   EXPECT_EQ(per_chunk.code, 0) << per_chunk.output;
   EXPECT_TRUE(contains(per_chunk.output, "\n    3       4  ")) << per_chunk.output;
+}
+
+// Without --scale, run uses flash-linear-attention's default DK^-0.5, writes it
+// into the output's attributes and shows it in the case's result line;
+// --scale 1 stays available.
+TEST_F(CliEndToEnd, DefaultScaleIsOneOverTheSquareRootOfDK) {
+  generate(input, 12);
+  const Exit run = linattn_cli(dir, "run '" + input + "' -o '" + outdir + "'");
+  ASSERT_EQ(run.code, 0) << run.output;
+  const std::pair<const char*, std::int64_t> cases[] = {{"case0", 16}, {"case1", 32}};
+  for (const auto& [group, dk] : cases) {
+    SCOPED_TRACE(group);
+    const std::string out_path = outdir + "/in." + std::string(group) + ".h5";
+    EXPECT_EQ(read_output_file(out_path).record.scale, 1.0 / std::sqrt(static_cast<double>(dk)));
+    const Exit verify = linattn_cli(dir, "verify '" + out_path + "'");  // o = DK^-0.5 S^T q, against fp64
+    EXPECT_EQ(verify.code, 0) << verify.output;
+  }
+  EXPECT_TRUE(contains(run.output, "[1/2] " + input + ":case0  B=2 T=100 H=2 DK=16 DV=24 fp32  fused/")) << run.output;
+  EXPECT_TRUE(contains(run.output, "  scale 0.25  kernel ")) << run.output;
+  EXPECT_TRUE(contains(run.output, "  scale 0.1768  kernel ")) << run.output;
+
+  const Exit one = linattn_cli(dir, "run '" + input + "' -o '" + outdir + "' --force --scale 1");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_EQ(read_output_file(outdir + "/in.case0.h5").record.scale, 1.0);
+  EXPECT_TRUE(contains(one.output, "  scale 1  kernel ")) << one.output;
+}
+
+// verify finds the input from any folder: the output records the input's path
+// relative to its own folder (and its absolute path). A case at the root of
+// plain.h5 writes OUT/plain.h5, so from inside OUT the input's name as typed
+// ("plain.h5") is the output itself.
+TEST_F(CliEndToEnd, VerifyFindsTheInputFromAnyFolder) {
+  const std::string work = dir / "work", elsewhere = dir / "elsewhere";
+  fs::create_directories(work);
+  fs::create_directories(elsewhere);
+  const std::string in_work = "cd '" + work + "' &&";
+  ASSERT_EQ(linattn_cli(dir, "generate -o plain.h5 --shape 2,100,2,16,24 --dtype fp32 --seed 13 --cases 1", in_work)
+                .code,
+            0);
+  // generate writes case0: move it to the root, so that the output is named as the input.
+  {
+    const hid_t f = H5Fopen((work + "/plain.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    for (const char* name : {"q", "k", "v"})
+      ASSERT_GE(H5Lmove(f, (std::string("case0/") + name).c_str(), f, name, H5P_DEFAULT, H5P_DEFAULT), 0);
+    ASSERT_GE(H5Ldelete(f, "case0", H5P_DEFAULT), 0);
+    H5Fclose(f);
+  }
+  const Exit run = linattn_cli(dir, "run plain.h5 -o out", in_work);
+  ASSERT_EQ(run.code, 0) << run.output;
+  const OutputData out = read_output_file(work + "/out/plain.h5");
+  EXPECT_EQ(out.record.input_file_relative, "../plain.h5");
+  EXPECT_EQ(fs::path(out.record.input_file), fs::weakly_canonical(work + "/plain.h5"));
+
+  Exit v = linattn_cli(dir, "verify ../work/out/plain.h5", "cd '" + elsewhere + "' &&");
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
+  v = linattn_cli(dir, "verify plain.h5", "cd '" + work + "/out' &&");
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
+
+  // The output and its input moved together: the relative path still finds it.
+  const std::string moved = dir / "moved";
+  fs::rename(work, moved);
+  v = linattn_cli(dir, "verify out/plain.h5", "cd '" + moved + "' &&");
+  EXPECT_EQ(v.code, 0) << v.output;
+  // backward finds the forward's input the same way, and verify its gradient output's files.
+  ASSERT_EQ(linattn_cli(dir, "generate --grad plain.h5 -o grad.h5 --seed 14", "cd '" + moved + "' &&").code, 0);
+  v = linattn_cli(dir, "backward ../moved/out/plain.h5 --grad ../moved/grad.h5 -o ../moved/bwd",
+                  "cd '" + elsewhere + "' &&");
+  ASSERT_EQ(v.code, 0) << v.output;
+  v = linattn_cli(dir, "verify plain.grad.h5", "cd '" + moved + "/bwd' &&");
+  EXPECT_EQ(v.code, 0) << v.output;
+  EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
+
+  // The output given as its own input is refused, saying so.
+  v = linattn_cli(dir, "verify plain.h5 --input plain.h5", "cd '" + moved + "/out' &&");
+  EXPECT_EQ(v.code, 2) << v.output;
+  EXPECT_TRUE(contains(v.output, "linattn verify: error: plain.h5: --input plain.h5 is this output file itself"))
+      << v.output;
+  // So is an output made before the relative path was recorded, read from inside its folder, where the input's
+  // name as typed then ("plain.h5") is the output itself.
+  set_string_attribute(moved + "/out/plain.h5", "input_file", "plain.h5");
+  {
+    const hid_t f = H5Fopen((moved + "/out/plain.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(f, 0);
+    ASSERT_GE(H5Adelete(f, "input_file_relative"), 0);
+    H5Fclose(f);
+  }
+  v = linattn_cli(dir, "verify plain.h5", "cd '" + moved + "/out' &&");
+  EXPECT_EQ(v.code, 2) << v.output;
+  EXPECT_TRUE(contains(v.output, "plain.h5: its attribute 'input_file' names plain.h5, which is this output file "
+                                 "itself")) << v.output;
+  v = linattn_cli(dir, "verify out/plain.h5", "cd '" + moved + "' &&");  // from where it was made: found as typed
+  EXPECT_EQ(v.code, 0) << v.output;
 }
 
 TEST_F(CliEndToEnd, VerifyFailsOnTamperedOutputsAndWrongInput) {
@@ -248,6 +363,58 @@ TEST_F(CliEndToEnd, LedgerPrintsTheSeedTable) {
     ++row;
   }
   EXPECT_EQ(row, seed.size()) << e.output;
+
+  // Every column is named for what it counts, and a legend says so: the recompute form's whole forward is
+  // never below the ideal forward (its prefix states alone, 0.015 at N = 512, are).
+  EXPECT_TRUE(contains(e.output, "recompute state GFLOP")) << e.output;
+  EXPECT_TRUE(contains(e.output, "ideal forward GFLOP")) << e.output;
+  EXPECT_TRUE(contains(e.output, "What each column counts")) << e.output;
+  std::istringstream again(e.output);
+  int compared = 0;
+  while (std::getline(again, line)) {
+    std::istringstream words(line);
+    std::vector<std::string> cells;
+    for (std::string w; words >> w;) cells.push_back(w);
+    if (cells.size() != 11 || cells[0] == "N" || !std::isdigit(static_cast<unsigned char>(cells[0][0]))) continue;
+    EXPECT_GE(std::stod(cells[10]), std::stod(cells[4])) << line;
+    ++compared;
+  }
+  EXPECT_EQ(compared, 5) << e.output;
+}
+
+// Bare `linattn` prints the usage and exits 2, as every usage error does.
+TEST_F(CliEndToEnd, BareLinattnPrintsTheUsageAndExits2) {
+  const Exit bare = linattn_cli(dir, "");
+  EXPECT_EQ(bare.code, 2) << bare.output;
+  EXPECT_TRUE(contains(bare.output, "a subcommand is required")) << bare.output;
+  EXPECT_TRUE(contains(bare.output, "Usage:")) << bare.output;
+  for (const std::string sub : {"run", "generate", "verify", "ledger", "bench", "backward"})
+    EXPECT_TRUE(contains(bare.output, sub)) << bare.output;
+  EXPECT_EQ(linattn_cli(dir, "run").code, 2);  // a required option missing
+  EXPECT_EQ(linattn_cli(dir, "nonsense").code, 2);
+}
+
+// bench names its accuracy columns for what they hold (the backward's dq, dk,
+// dv; the state pass's final state), and run and bench take one set of
+// --snapshots values, each help saying why its default is what it is.
+TEST_F(CliEndToEnd, BenchNamesItsAccuracyColumnsAndSnapshotsAgreeWithRun) {
+  const Exit backward = linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --backward --reps 1 --warmup 0");
+  ASSERT_EQ(backward.code, 0) << backward.output;
+  EXPECT_TRUE(contains(backward.output, "dq rel L2  dk rel L2  dv rel L2")) << backward.output;
+  EXPECT_FALSE(contains(backward.output, "o rel L2")) << backward.output;
+  EXPECT_TRUE(contains(backward.output, "scale 0.25")) << backward.output;
+  const Exit forward =
+      linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --variants fused --state-pass --reps 1 --warmup 0");
+  ASSERT_EQ(forward.code, 0) << forward.output;
+  EXPECT_TRUE(contains(forward.output, "o rel L2  final_state rel L2")) << forward.output;
+
+  const Exit run_help = linattn_cli(dir, "run --help"), bench_help = linattn_cli(dir, "bench --help");
+  for (const Exit* help : {&run_help, &bench_help}) {
+    EXPECT_TRUE(contains(help->output, "--snapshots TEXT:{fp32,bf16,none}")) << help->output;
+    EXPECT_TRUE(contains(help->output, "run defaults to fp32") || contains(help->output, "bench defaults to bf16"))
+        << help->output;
+  }
+  EXPECT_EQ(linattn_cli(dir, "bench --shape 1,128,1,16 --snapshots fp64 --reps 1").code, 2);
 }
 
 TEST_F(CliEndToEnd, HelpOnEverySubcommand) {

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <sstream>
 
 namespace linattn {
 namespace {
@@ -213,6 +214,40 @@ TEST(Printable, EscapesWhatATerminalWouldActOn) {
 TEST(ProgressReporter, StatusLine) {
   EXPECT_EQ(ProgressReporter::status(0.5, 2.5e6, 3.25e9, 11.2), " 50% |##########..........| 2.50 Mtok/s  3.25 GB/s  ETA 12 s");
   EXPECT_EQ(ProgressReporter::status(0.0, 0, 0, NAN), "  0% |....................| 0.00 Mtok/s  0.00 GB/s  ETA -");
+}
+
+// Progress counts every token of every batch row: half the windows of a
+// 3-row case are half of it, not a sixth (the bar once stopped at 1/B).
+TEST(ProgressReporter, FractionCountsEveryBatchRow) {
+  Problem p;
+  p.B = 3; p.T = 1024; p.H = 2; p.DK = p.DV = 16; p.chunk = 64;
+  const std::vector<Window> windows = plain_windows(p, 4);  // 4 windows of 256 tokens
+  ASSERT_EQ(windows.size(), 4u);
+  std::int64_t sum = 0;
+  for (const Window& w : windows) sum += window_tokens(p, w);
+  EXPECT_EQ(sum, case_tokens(p));
+  EXPECT_EQ(case_tokens(p), 3 * 1024);
+
+  std::ostringstream lines, bar;
+  ProgressReporter progress(lines, bar, /*bar_is_terminal=*/false, /*interval_seconds=*/0);
+  progress.start_case("[1/1] in.h5", case_tokens(p), 0);
+  progress.advance(window_tokens(p, windows[0]), 0);
+  progress.advance(window_tokens(p, windows[1]), 0);
+  std::istringstream drawn(bar.str());
+  std::string line, last;
+  while (std::getline(drawn, line)) last = line;
+  EXPECT_EQ(last.rfind("[1/1] in.h5   50% |##########..........|", 0), 0u) << bar.str();
+
+  // A packed batch is one row: its windows add up to T.
+  Problem packed = p;
+  packed.B = 1;
+  packed.T = 300;
+  packed.cu_seqlens = {0, 100, 300};
+  Window w;
+  w.t0 = 64;
+  w.t1 = 200;
+  EXPECT_EQ(window_tokens(packed, w), 136);
+  EXPECT_EQ(case_tokens(packed), 300);
 }
 
 }  // namespace

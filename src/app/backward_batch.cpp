@@ -1,6 +1,7 @@
 #include "app/backward_batch.hpp"
 
 #include "app/output_names.hpp"
+#include "app/recorded_paths.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
@@ -86,8 +87,9 @@ ForwardOutputParts read_forward_parts(const std::string& path) {
 
 // The forward output against the input case it names: the same shapes and
 // sequences, so that its snapshots belong to these q, k and v.
-void check_forward_matches(const std::string& forward, const ForwardOutputParts& fw, const Problem& p) {
-  const std::string its = "its input case " + fw.record.input_file + ":" + fw.record.input_group;
+void check_forward_matches(const std::string& forward, const ForwardOutputParts& fw, const std::string& input_file,
+                           const Problem& p) {
+  const std::string its = "its input case " + input_file + ":" + fw.record.input_group;
   const std::string changed = " (the input changed since the forward?)";
   auto check_shape = [&](const char* name, const std::vector<std::int64_t>& shape,
                          const std::vector<std::int64_t>& expected) {
@@ -127,6 +129,7 @@ struct CheckedCase {
   Problem p;
   DType dtype = DType::f32;
   std::string group;  // the input case's group, "" for the root
+  std::string input_file;  // the forward's input file, found from the forward output (recorded_paths.hpp)
 };
 
 CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
@@ -142,13 +145,14 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
                                "recompute them from the input case");
 
   c.group = rec.input_group == "/" ? "" : rec.input_group;
+  c.input_file = resolve_recorded_path(r.forward, {rec.input_file, rec.input_file_relative}, "input_file");
   {
-    const hdf5::File f = hdf5::open_read_only(rec.input_file);
-    c.in = inspect_case(f.get(), rec.input_file, c.group);
+    const hdf5::File f = hdf5::open_read_only(c.input_file);
+    c.in = inspect_case(f.get(), c.input_file, c.group);
   }
   c.dtype = c.in.q.dtype;
   if (rec.input_dtype != dtype_name(c.dtype))
-    throw FileError(rec.input_file, dataset_path(c.group, "q"),
+    throw FileError(c.input_file, dataset_path(c.group, "q"),
                     std::string("dtype ") + dtype_name(c.dtype) + ", but " + r.forward + " was made from " +
                         rec.input_dtype + " inputs (the input changed since the forward?)");
   try {
@@ -157,12 +161,12 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
                               c.in.cu_seqlens);
     validate(c.p);
   } catch (const std::invalid_argument& e) {
-    throw FileError(r.forward, std::string("its input case ") + rec.input_file + ":" + rec.input_group +
+    throw FileError(r.forward, std::string("its input case ") + c.input_file + ":" + rec.input_group +
                                    " and attributes do not make a problem the backward runs: " + e.what());
   }
   r.problem = c.p;
   r.dtype = c.dtype;
-  check_forward_matches(r.forward, fw, c.p);
+  check_forward_matches(r.forward, fw, c.input_file, c.p);
   const DType acc = accumulation_dtype(c.dtype);
   if (!recompute && fw.h_dtype != DType::bf16 && fw.h_dtype != acc)
     throw FileError(r.forward, "h", std::string("dtype ") + dtype_name(fw.h_dtype) + ", expected bf16 or " +
@@ -206,11 +210,16 @@ GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const 
   run.min_bytes = static_cast<double>(tokens * (2 * p.DK + 2 * p.DV) * size(s.input) +
                                       (c.grad.has_dht ? states * size(s.accumulation) : 0) + h_or_initial +
                                       tokens * (2 * p.DK + p.DV) * size(s.output) + states * size(s.accumulation));
-  run.input_file = c.fw.record.input_file;
+  const RecordedPath input = record_path(c.input_file, r.output), forward = record_path(r.forward, r.output),
+                     grad = record_path(r.grad, r.output);
+  run.input_file = input.absolute;
+  run.input_file_relative = input.relative;
   run.input_group = c.fw.record.input_group;
   run.num_sequences = p.num_sequences();
-  gr.forward_file = r.forward;
-  gr.grad_file = r.grad;
+  gr.forward_file = forward.absolute;
+  gr.forward_file_relative = forward.relative;
+  gr.grad_file = grad.absolute;
+  gr.grad_file_relative = grad.relative;
   gr.grad_group = c.grad.group.empty() ? "/" : c.grad.group;
   gr.recompute_h = s.recompute_h;
   return gr;
@@ -256,7 +265,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   }
 
   BackwardSources src;
-  src.input_file = c.fw.record.input_file;
+  src.input_file = c.input_file;
   src.input_group = c.group;
   src.has_initial_state = c.in.has_initial_state;
   src.grad_file = r.grad;
@@ -294,7 +303,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
 std::string progress_line(std::size_t index, std::size_t total, const BackwardCaseResult& r) {
   return case_counter(index, total) + " " + printable(r.forward) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
-         "  backward/" + r.gemm + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
+         "  backward/" + r.gemm + "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
          fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
          " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)" +
          external_data_note(r.external_data) + "  -> " + printable(r.output);

@@ -1,6 +1,7 @@
 #include "app/batch_run.hpp"
 
 #include "app/output_names.hpp"
+#include "app/recorded_paths.hpp"
 
 #include "pipeline/progress_reporter.hpp"
 #include "app/case_result_message.hpp"
@@ -76,7 +77,8 @@ Problem case_problem(const RunOptions& opt, const CaseResult& r, const CaseSchem
   try {
     const std::vector<std::int64_t> s0_shape = {schema.num_sequences(), schema.q.shape[2], schema.q.shape[3],
                                                 schema.v.shape[3]};
-    Problem p = problem_from_shapes(schema.q.shape, schema.k.shape, schema.v.shape, opt.chunk, opt.scale,
+    const double scale = opt.scale ? *opt.scale : default_scale(schema.q.shape[3]);
+    Problem p = problem_from_shapes(schema.q.shape, schema.k.shape, schema.v.shape, opt.chunk, scale,
                                     schema.has_initial_state ? &s0_shape : nullptr, schema.cu_seqlens);
     check_forward(p, opt.forward, schema.q.dtype);
     return p;
@@ -116,7 +118,9 @@ RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem&
   rec.download_seconds = t.download;
   rec.flops = variant_flops(p, opt.forward.variant);
   rec.min_bytes = r.min_bytes;
-  rec.input_file = r.input;
+  const RecordedPath input = record_path(r.input, r.output);
+  rec.input_file = input.absolute;
+  rec.input_file_relative = input.relative;
   rec.input_group = r.group.empty() ? "/" : r.group;
   rec.normalize = opt.forward.normalize;
   rec.num_sequences = p.num_sequences();
@@ -256,8 +260,7 @@ class Batch {
       layouts.push_back(window_layout(p, s, w));
       total_bytes += layouts.back().input_bytes + layouts.back().output_bytes;
     }
-    progress_.start_case(case_counter(index, total) + " " + printable(r.label()),
-                         p.T * (p.varlen() ? 1 : p.B), total_bytes);
+    progress_.start_case(case_counter(index, total) + " " + printable(r.label()), case_tokens(p), total_bytes);
     WindowTimes times;
     std::size_t next_read = 0;
     auto send_reads = [&](std::size_t computed) {

@@ -27,7 +27,7 @@ struct RunOptions {
   std::string outdir;
   ForwardConfig forward;  // variant, output dtype, snapshots
   std::int64_t chunk = 64;
-  double scale = 1.0;
+  std::optional<double> scale;   // unset: default_scale(DK) of each case (fla's DK^-0.5)
   bool compress = false;         // gzip the output datasets
   bool force = false;            // replace existing output files
   bool allow_nonfinite = false;  // accept NaN/Inf input elements

@@ -3,6 +3,8 @@
 // and the ledger, with the accuracy of o on a slice; JSON for scripts.
 #include "app/command.hpp"
 #include "app/integer_list.hpp"
+#include "app/report.hpp"
+#include "app/snapshots_option.hpp"
 #include "app/text_table.hpp"
 #include "benchmark/benchmark.hpp"
 #include "kernels/execution.hpp"
@@ -69,6 +71,7 @@ Command add_bench_command(CLI::App& parent) {
     int segments = 0;
     int reps = 20, warmup = 3, team_size = 0;
     std::uint64_t seed = 1;
+    double scale = 0;  // read only when --scale is given
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -89,18 +92,22 @@ Command add_bench_command(CLI::App& parent) {
                   "--seed, or the lengths L1,L2,... (adding up to T)");
   cmd->add_flag("--state-pass", o->state_pass,
                 "After the fused variant's row, time the state pass context parallel runs (the final state from k "
-                "and v alone, docs/PARALLEL.md) on the same inputs; its \"o rel L2\" compares the two final states");
+                "and v alone, docs/PARALLEL.md) on the same inputs; its column final_state rel L2 compares the two "
+                "final states");
   cmd->add_flag("--backward", o->backward,
                 "Time the backward (dq, dk, dv, dh0 from the stored snapshots) instead of the forward variants; "
-                "its o rel L2 column is dq's on the slice");
+                "its columns dq, dk and dv rel L2 compare them on the whole (b=0, h=0) row");
   cmd->add_flag("--normalize", o->normalize,
                 "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
-  cmd->add_option("--snapshots", o->snapshots, "Snapshot dtype: bf16 (as fla stores h), fp32 or none")
-      ->check(CLI::IsMember({"bf16", "fp32", "fp64", "none"}))
-      ->capture_default_str();
+  add_snapshots_option(cmd, o->snapshots,
+                       "the snapshots flash-linear-attention stores, so that the timings compare with fla's; run "
+                       "defaults to fp32, for gradients accurate to the fp32 level");
+  CLI::Option* scale = cmd->add_option("--scale", o->scale,
+                                       "Output scale: o = scale * S^T q. Default DK^-0.5, as run's and "
+                                       "flash-linear-attention's");
   cmd->add_option("--out-dtype", o->out_dtype, "o dtype: input or fp32")
       ->check(CLI::IsMember({"input", "fp32"}))
       ->capture_default_str();
@@ -117,18 +124,28 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
 
-  return {cmd, [o] {
+  return {cmd, [o, scale] {
             nlohmann::json doc;
             doc["linattn_version"] = LINATTN_VERSION;
             doc["rows"] = nlohmann::json::array();
-            TextTable table{{"shape (B,T,H,DK,DV)", "variant", "gemm", "bdv", "seg", "ms", "floor ms", "GB/s", "% copy BW",
-                             "TFLOP/s", "o rel L2"},
-                            {false, false, false, true, true, true, true, true, true, true, true},
-                            {}};
+            // Each accuracy column holds what its name says: the backward's rows dq, dk and dv, the forward's o,
+            // the state pass's final state (against the fused forward's).
+            std::vector<std::string> headers = {"shape (B,T,H,DK,DV)", "variant", "gemm", "bdv", "seg", "ms",
+                                                "floor ms", "GB/s", "% copy BW", "TFLOP/s"};
+            if (o->backward) {
+              headers.insert(headers.end(), {"dq rel L2", "dk rel L2", "dv rel L2"});
+            } else {
+              headers.push_back("o rel L2");
+              if (o->state_pass) headers.push_back("final_state rel L2");
+            }
+            std::vector<bool> right(headers.size(), true);
+            right[0] = right[1] = right[2] = false;
+            TextTable table{headers, right, {}};
             for (const std::string& s : o->shapes) {
               BenchConfig bc;
               bc.problem = parse_bench_shape(s);
               bc.problem.chunk = o->chunk;
+              bc.problem.scale = scale->count() > 0 ? o->scale : default_scale(bc.problem.DK);
               if (!o->seqlens.empty()) {
                 if (bc.problem.B != 1) throw std::invalid_argument("--seqlens packs sequences into one row: B must be 1");
                 bc.problem.cu_seqlens = bench_cu_seqlens(o->seqlens, bc.problem.T, o->seed);
@@ -158,14 +175,24 @@ Command add_bench_command(CLI::App& parent) {
               doc["backend"] = r.backend;
               doc["kokkos_version"] = r.kokkos_version;
               doc["device"] = r.device;
-              std::cout << "# " << shape << " " << o->dtype << ": " << r.device << " (" << r.backend << ", Kokkos "
+              std::cout << "# " << shape << " " << o->dtype << ", scale " << scale_text(p.scale) << ": " << r.device << " (" << r.backend << ", Kokkos "
                         << r.kokkos_version << "), copy bandwidth " << fixed(r.copy_gbps, 1) << " GB/s" << std::endl;
               for (const VariantTiming& t : r.rows) {
-                table.rows.push_back({shape, (t.backward ? "backward" : t.state_pass ? "state pass" : variant_name(t.variant)), gemm_path_name(t.gemm), std::to_string(t.block_dv),
-                                      std::to_string(t.segments), fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1),
-                                      fixed(100 * t.copy_fraction, 1), fixed(t.tflops, 2), scientific(t.o_rel_l2, 2)});
+                std::vector<std::string> row = {
+                    shape, (t.backward ? "backward" : t.state_pass ? "state pass" : variant_name(t.variant)),
+                    gemm_path_name(t.gemm), std::to_string(t.block_dv), std::to_string(t.segments),
+                    fixed(t.median_ms, 3), fixed(t.floor_ms, 3), fixed(t.gbps, 1), fixed(100 * t.copy_fraction, 1),
+                    fixed(t.tflops, 2)};
+                if (t.backward) {
+                  row.insert(row.end(), {scientific(t.o_rel_l2, 2), scientific(t.dk_rel_l2, 2), scientific(t.dv_rel_l2, 2)});
+                } else {
+                  row.push_back(t.state_pass ? "-" : scientific(t.o_rel_l2, 2));
+                  if (o->state_pass) row.push_back(t.state_pass ? scientific(t.o_rel_l2, 2) : "-");
+                }
+                table.rows.push_back(row);
                 doc["rows"].push_back({{"shape", {p.B, p.T, p.H, p.DK, p.DV}},
                                        {"chunk", p.chunk},
+                                       {"scale", p.scale},
                                        {"num_sequences", p.num_sequences()},
                                        {"packed", p.varlen()},
                                        {"normalize", o->normalize},

@@ -2,6 +2,7 @@
 #include "app/command.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
+#include "core/variant.hpp"
 
 #include <iostream>
 #include <memory>
@@ -16,9 +17,10 @@ Command add_ledger_command(CLI::App& parent) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
       "ledger",
-      "Print the FLOP/byte ledger per sequence length N: the redundant prefix "
-      "rebuild of the recompute form, the ideal chunked form and causal FlashAttention, in GFLOP; the "
-      "sequential state pass; the minimum bytes for bf16 inputs and outputs with fp32 snapshots.");
+      "Print the FLOP/byte ledger per sequence length N: the prefix states the recompute form rebuilds, the "
+      "whole chunked forward (ideal) and causal FlashAttention, in GFLOP; the sequential state pass; the minimum "
+      "bytes for bf16 inputs and outputs with fp32 snapshots; the recompute form's whole forward. A legend under "
+      "the table says what each column counts.");
   cmd->add_option("--dk", o->dk, "Key dimension DK")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--dv", o->dv, "Value dimension DV")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::PositiveNumber)->capture_default_str();
@@ -30,9 +32,11 @@ Command add_ledger_command(CLI::App& parent) {
       ->capture_default_str();
 
   return {cmd, [o] {
-            TextTable table{{"N", "NC", "redundancy", "recompute GFLOP", "ideal GFLOP", "causal FA GFLOP",
-                             "recompute/FA", "ideal/FA", "sequential state GFLOP", "min MB (bf16, h fp32)"},
-                            std::vector<bool>(10, true),
+            // The columns of the specification's cost table, in its order, then the recompute form's whole forward.
+            TextTable table{{"N", "NC", "redundancy", "recompute state GFLOP", "ideal forward GFLOP", "causal FA GFLOP",
+                             "recompute state/FA", "ideal/FA", "sequential state GFLOP", "min MB (bf16, h fp32)",
+                             "recompute forward GFLOP"},
+                            std::vector<bool>(11, true),
                             {}};
             const DType f32 = DType::f32;
             for (std::int64_t n : o->seq) {
@@ -46,11 +50,23 @@ Command add_ledger_command(CLI::App& parent) {
                                     fixed(f.causal_flash_attention / 1e9, 3),
                                     fixed(f.state_recompute / f.causal_flash_attention, 3),
                                     fixed(f.ideal / f.causal_flash_attention, 3), fixed(f.state_sequential / 1e9, 3),
-                                    fixed(b.total() / 1e6, 3)});
+                                    fixed(b.total() / 1e6, 3), fixed(variant_flops(p, Variant::recompute) / 1e9, 3)});
             }
             std::cout << "B=" << o->batch << " H=" << o->heads << " DK=" << o->dk << " DV=" << o->dv
                       << " C=" << o->chunk << "\n"
-                      << table.str();
+                      << table.str()
+                      << "\nWhat each column counts (src/core/ledger.hpp), summed over B and H; X/FA columns are ratios:\n"
+                         "  recompute state    the prefix states alone: every chunk sums K^T V of all tokens before it\n"
+                         "                     (the step the recompute form repeats); without the output terms\n"
+                         "  sequential state   the same states from one pass, K_c^T V_c once per chunk: 2 T DK DV\n"
+                         "  redundancy         recompute state / sequential state = (NC - 1) / 2\n"
+                         "  ideal forward      the whole chunked forward (fused, materialized): sequential state +\n"
+                         "                     Q_c S_c (2 T DK DV) + tril(Q_c K_c^T) V_c on C x C tiles (2 T C (DK + DV))\n"
+                         "  causal FA          causal FlashAttention on the same shape: T^2 (DK + DV)\n"
+                         "  recompute forward  the recompute variant's whole forward: recompute state + the output terms;\n"
+                         "                     compare it with ideal forward (recompute state alone can be smaller when\n"
+                         "                     NC is small: it leaves the output terms out)\n"
+                         "  min MB             q, k, v read once (bf16) and o (bf16), h (fp32), final_state written once\n";
             return 0;
           }};
 }

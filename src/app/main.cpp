@@ -48,7 +48,17 @@ int main(int argc, char** argv) {
       linattn::add_bench_command(app),
       linattn::add_backward_command(app),
   };
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Bare `linattn`: the usage. --help and --version exit 0; every usage
+    // error exits 2, as the subcommands' own checks of their options do.
+    if (argc == 1) {
+      std::cerr << "linattn: a subcommand is required\n\n" << app.help();
+      return 2;
+    }
+    return app.exit(e) == 0 ? 0 : 2;
+  }
 
   // MPI (when launched by mpirun) before Kokkos, which needs the rank's GPU; finalized after it.
   linattn::parallel::Session mpi(argc, argv);

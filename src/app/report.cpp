@@ -3,6 +3,7 @@
 #include "app/text_table.hpp"
 #include "core/printable.hpp"
 
+#include <cstdio>
 #include <ostream>
 
 namespace linattn {
@@ -23,9 +24,16 @@ std::string external_data_note(const std::vector<std::string>& datasets) {
   return "  read external data (" + names + ")";
 }
 
+std::string scale_text(double scale) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", scale);
+  return text;
+}
+
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
   return case_counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
-         dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
+         dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) +
+         "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
          (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows")
                                    : "chunks " + r.segment_chunks + " by rank") +

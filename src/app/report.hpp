@@ -19,7 +19,11 @@ std::string shape_summary(const Problem& p);
 // other files (--allow-external-data); "" for none.
 std::string external_data_note(const std::vector<std::string>& datasets);
 
-// "[2/3] inputs/example.h5:case1  B=1 T=300 ... bf16  fused  12.3 ms  4.5 GB/s  -> outputs/example.case1.h5"
+// "0.125", "0.1768", "1": the scale as result lines show it.
+std::string scale_text(double scale);
+
+// "[2/3] inputs/example.h5:case1  B=1 T=300 ... bf16  fused/registers  scale 0.1768  kernel 12.3 ms  4.5 GB/s
+//  wall 0.05 s  1 window  -> outputs/example.case1.h5"
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant);
 // "[2/3] inputs/example.h5:case1  FAILED: <error>"
 std::string failure_line(std::size_t index, std::size_t total, const CaseResult& r);

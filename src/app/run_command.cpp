@@ -4,6 +4,7 @@
 #include "app/memory_size_option.hpp"
 #include "app/context_parallel_run.hpp"
 #include "app/report.hpp"
+#include "app/snapshots_option.hpp"
 #include "kernels/path_choice.hpp"
 #include "parallel/communicator.hpp"
 #include "pipeline/memory_budget.hpp"
@@ -21,7 +22,7 @@ Command add_run_command(CLI::App& parent) {
     std::vector<std::string> inputs;
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", snapshots = "fp32";
     std::int64_t chunk = 64;
-    double scale = 1.0;
+    double scale = 0;  // read only when --scale is given
     bool compress = false, force = false, allow_nonfinite = false, allow_external_data = false, normalize = false;
     bool skip_existing = false, no_fsync = false;
     std::string memory_budget;
@@ -48,8 +49,11 @@ Command add_run_command(CLI::App& parent) {
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
   cmd->add_option("--chunk", o->chunk, "Chunk length C")->check(CLI::IsMember({16, 32, 64, 128}))->capture_default_str();
-  cmd->add_option("--scale", o->scale, "Output scale (o = scale * S^T q)")
-      ->check(CLI::Validator(
+  CLI::Option* scale = cmd->add_option("--scale", o->scale,
+                                       "Output scale: o = scale * S^T q. Default DK^-0.5, flash-linear-attention's "
+                                       "default (--scale 1 for none); the scale used is written into each output "
+                                       "(attribute scale) and shown in its result line");
+  scale->check(CLI::Validator(
           [](std::string& s) -> std::string {
             try {
               std::size_t used = 0;
@@ -59,16 +63,13 @@ Command add_run_command(CLI::App& parent) {
             }
             return "scale must be a finite number, got '" + s + "'";
           },
-          "FINITE"))
-      ->capture_default_str();
+          "FINITE"));
   cmd->add_option("--out-dtype", o->out_dtype, "o in the input dtype or in fp32")
       ->check(CLI::IsMember({"input", "fp32"}))
       ->capture_default_str();
-  cmd->add_option("--snapshots", o->snapshots,
-                  "Dtype of the stored state snapshots h: fp32 (the accumulation type: fp64 for fp64 inputs), "
-                  "bf16, or none (h not written)")
-      ->check(CLI::IsMember({"fp32", "bf16", "none"}))
-      ->capture_default_str();
+  add_snapshots_option(cmd, o->snapshots,
+                       "the backward's dq is then accurate to the fp32 level (bf16 snapshots add one bf16 rounding "
+                       "of the state to it); bench defaults to bf16, the snapshots fla stores, to time what fla does");
   CLI::Option* compress = cmd->add_flag("--compress", o->compress, "gzip the output datasets (level 4, chunked layout)");
   cmd->add_flag("--force", o->force, "Replace existing output files");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs");
@@ -105,7 +106,7 @@ Command add_run_command(CLI::App& parent) {
       ->check(CLI::Range(0.0, 1.0))
       ->needs("--context-parallel");
 
-  return {cmd, [o] {
+  return {cmd, [o, scale] {
             RunOptions opt;
             opt.inputs = o->inputs;
             opt.outdir = o->outdir;
@@ -115,7 +116,7 @@ Command add_run_command(CLI::App& parent) {
             opt.forward.snapshots = parse_snapshot_mode(o->snapshots);
             opt.forward.normalize = o->normalize;
             opt.chunk = o->chunk;
-            opt.scale = o->scale;
+            if (scale->count() > 0) opt.scale = o->scale;
             opt.compress = o->compress;
             opt.force = o->force;
             opt.allow_nonfinite = o->allow_nonfinite;

@@ -3,9 +3,12 @@
 // gradient output of `linattn backward` (it holds dq) goes to verify_gradients.
 #include "app/chunk_errors.hpp"
 #include "app/command.hpp"
+#include "app/recorded_paths.hpp"
+#include "app/reference_by_head.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "app/verify_gradients.hpp"
+#include "app/verify_progress.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "io/dataset_storage.hpp"
@@ -66,7 +69,12 @@ Command add_verify_command(CLI::App& parent) {
                                           " holds no dq (a forward output?)");
             const OutputData out = read_output_file(o->output);
             const RunRecord& rec = out.record;
-            const std::string input = o->input.empty() ? rec.input_file : o->input;
+            // The input as recorded, found from the output's folder first (recorded_paths.hpp), or as given.
+            if (!o->input.empty()) refuse_output_as_input(o->output, o->input, "--input");
+            const std::string input =
+                o->input.empty()
+                    ? resolve_recorded_path(o->output, {rec.input_file, rec.input_file_relative}, "input_file")
+                    : o->input;
             const std::string group = rec.input_group == "/" ? "" : rec.input_group;
             // The reference runs on the values as stored, whatever they are.
             const CaseData in = read_case(input, group, ReadOptions{true});
@@ -89,9 +97,12 @@ Command add_verify_command(CLI::App& parent) {
 
             const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
                                       s0 = in.initial_state.to_double(), z0 = in.initial_z.to_double();
-            // The chunked form per sequence, then normalization when the run normalized.
-            const reference::Result ref =
-                reference::forward(p, {q, k, v, has_s0 ? &s0 : nullptr, has_z0 ? &z0 : nullptr}, rec.normalize);
+            // The chunked form per sequence and head, then normalization when the run normalized.
+            const std::int64_t elements = in.q.numel() + in.k.numel() + in.v.numel();
+            const reference::Result ref = with_progress(o->output, p, in.q.dtype, elements, [&](const PieceDone& done) {
+              return forward_reference_by_head(p, {q, k, v, has_s0 ? &s0 : nullptr, has_z0 ? &z0 : nullptr},
+                                               rec.normalize, done);
+            });
 
             const DType input_dtype = in.q.dtype;
             // The tensor-core path leaves a hi/lo split residue in o (core/accuracy_levels.hpp).

@@ -1,7 +1,9 @@
 #include "app/verify_gradients.hpp"
 
+#include "app/recorded_paths.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
+#include "app/verify_progress.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "io/file_error.hpp"
@@ -20,8 +22,15 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   const GradOutputData gd = read_grad_output_file(path);
   const GradRecord& gr = gd.record;
   const RunRecord& rec = gr.run;
-  const std::string input = input_override.empty() ? rec.input_file : input_override;
-  const std::string grad = grad_override.empty() ? gr.grad_file : grad_override;
+  // As recorded, found from the output's folder first (recorded_paths.hpp), or as given.
+  if (!input_override.empty()) refuse_output_as_input(path, input_override, "--input");
+  if (!grad_override.empty()) refuse_output_as_input(path, grad_override, "--grad");
+  const std::string input = input_override.empty()
+                                ? resolve_recorded_path(path, {rec.input_file, rec.input_file_relative}, "input_file")
+                                : input_override;
+  const std::string grad = grad_override.empty()
+                               ? resolve_recorded_path(path, {gr.grad_file, gr.grad_file_relative}, "grad_file")
+                               : grad_override;
   const std::string group = rec.input_group == "/" ? "" : rec.input_group;
   // The reference runs on the values as stored, whatever they are.
   const CaseData in = read_case(input, group, ReadOptions{true});
@@ -48,8 +57,11 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
 
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
                             s0 = in.initial_state.to_double(), d_o = g.d_o.to_double(), dht = g.dht.to_double();
-  const reference::Gradients ref =
-      reference::backward(p, {q, k, v, has_s0 ? &s0 : nullptr}, {d_o, g.dht.empty() ? nullptr : &dht});
+  const reference::Gradients ref = with_progress(
+      path, p, dtype, in.q.numel() + in.k.numel() + in.v.numel() + g.d_o.numel(), [&](const PieceDone& done) {
+        return backward_reference_by_head(p, {q, k, v, has_s0 ? &s0 : nullptr},
+                                          {d_o, g.dht.empty() ? nullptr : &dht}, done);
+      });
 
   // dq reads the snapshots: bf16 ones add one bf16 rounding of the state, as
   // they do to o in the materialized forward. The tensor-core backward rounds

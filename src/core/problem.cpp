@@ -50,6 +50,8 @@ Problem plain_problem(const Problem& p, std::int64_t B, std::int64_t T) {
   return piece;
 }
 
+double default_scale(std::int64_t DK) { return 1.0 / std::sqrt(static_cast<double>(DK)); }
+
 bool is_supported_chunk(std::int64_t chunk) {
   return chunk == 16 || chunk == 32 || chunk == 64 || chunk == 128;
 }

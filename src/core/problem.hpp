@@ -22,7 +22,7 @@ namespace linattn {
 struct Problem {
   std::int64_t B = 1, T = 1, H = 1, DK = 1, DV = 1;
   std::int64_t chunk = 64;
-  double scale = 1.0;
+  double scale = 1.0;  // the program's default is default_scale(DK) (below); 1.0 keeps hand-made problems plain
   std::vector<std::int64_t> cu_seqlens;  // empty: a plain batch; else N + 1 offsets (validate_sequences)
 
   bool varlen() const { return !cu_seqlens.empty(); }
@@ -49,6 +49,11 @@ struct Problem {
   std::vector<std::int64_t> state_shape() const { return {num_sequences(), H, DK, DV}; }  // initial and final
   std::vector<std::int64_t> z_shape() const { return {num_sequences(), H, DK}; }          // normalization's key sum
 };
+
+// The scale `run` and `bench` use when none is given: DK^-0.5, as
+// flash-linear-attention's chunk_linear_attn and chunk_simple_gla default to
+// (README.md, "The math").
+double default_scale(std::int64_t DK);
 
 // Where chunk g of h's chunk axis lies in its batch row: first token and
 // length. A plain batch's chunk g covers the same tokens in every row.

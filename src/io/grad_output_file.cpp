@@ -25,6 +25,9 @@ void write_grad_record(hid_t f, const std::string& path, const GradRecord& r) {
   write_run_record(f, path, r.run);
   hdf5::write_attribute(f, path, "/", "forward_file", r.forward_file);
   hdf5::write_attribute(f, path, "/", "grad_file", r.grad_file);
+  if (!r.forward_file_relative.empty())
+    hdf5::write_attribute(f, path, "/", "forward_file_relative", r.forward_file_relative);
+  if (!r.grad_file_relative.empty()) hdf5::write_attribute(f, path, "/", "grad_file_relative", r.grad_file_relative);
   hdf5::write_attribute(f, path, "/", "grad_group", r.grad_group);
   hdf5::write_attribute(f, path, "/", "recompute_h", static_cast<std::int64_t>(r.recompute_h ? 1 : 0));
 }
@@ -56,6 +59,8 @@ GradOutputData read_grad_output_file(const std::string& path) {
   r.run = read_run_record(f, path);
   r.forward_file = required_string(f, path, "forward_file");
   r.grad_file = required_string(f, path, "grad_file");
+  r.forward_file_relative = hdf5::read_string_attribute(f, path, "/", "forward_file_relative").value_or("");
+  r.grad_file_relative = hdf5::read_string_attribute(f, path, "/", "grad_file_relative").value_or("");
   r.grad_group = required_string(f, path, "grad_group");
   r.recompute_h = hdf5::read_number_attribute(f, path, "/", "recompute_h").value_or(0.0) != 0.0;
   out.dq = hdf5::read_tensor(f, path, "dq");

@@ -20,8 +20,9 @@ namespace linattn {
 
 struct GradRecord {
   RunRecord run;             // input_file and input_group name the forward's input case
-  std::string forward_file;  // the forward output, as given on the command line
-  std::string grad_file;     // the gradient input, as given
+  std::string forward_file;  // the forward output, absolute (older outputs: as given on the command line)
+  std::string grad_file;     // the gradient input, absolute (older outputs: as given)
+  std::string forward_file_relative, grad_file_relative;  // from the output file's folder; "" in older outputs
   std::string grad_group;    // where do and dht were read: "/" for the root
   bool recompute_h = false;  // the snapshots were recomputed (run.snapshot_dtype is then the accumulation type)
 };

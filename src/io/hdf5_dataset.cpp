@@ -140,7 +140,7 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
     file_space = Dataspace();
   if (!file_space.valid() || !memory.valid() ||
       H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), transfer, data) < 0)
-    throw FileError(file_name, path, with_detail("cannot be written"));
+    throw FileError::preformatted(write_failure(file_name, path, "cannot be written"));
 }
 
 Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int64_t>& start,
@@ -252,7 +252,7 @@ void write_index_vector(hid_t file, const std::string& file_name, const std::str
   const Dataset ds(H5Dcreate2(file, path.c_str(), H5T_STD_I64LE, space.get(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
   if (n > 0 && H5Dwrite(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()) < 0)
-    throw FileError(file_name, path, with_detail("cannot be written"));
+    throw FileError::preformatted(write_failure(file_name, path, "cannot be written"));
 }
 
 std::vector<hsize_t> chunk_dims(const std::vector<std::int64_t>& shape, std::size_t element_size,
@@ -291,7 +291,7 @@ void write_tensor(hid_t file, const std::string& file_name, const std::string& p
   const Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), H5P_DEFAULT));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
   if (nonempty && H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.bytes.data()) < 0)
-    throw FileError(file_name, path, with_detail("cannot be written"));
+    throw FileError::preformatted(write_failure(file_name, path, "cannot be written"));
 }
 
 void write_attribute(hid_t file, const std::string& file_name, const std::string& object, const std::string& name,

@@ -78,7 +78,10 @@ void NewFile::commit(bool durable) {
 }
 
 void NewFile::close_file() {
-  if (!file_.close()) throw FileError(partial_, with_detail("cannot be completed (closing failed)"));
+  if (file_.close()) return;
+  // Closing writes what HDF5 still holds: a full disk shows here too, named as the output the user asked for.
+  if (stack_os_error() != 0) throw FileError::preformatted(write_failure(path_, "", ""));
+  throw FileError(partial_, with_detail("cannot be completed (closing failed)"));
 }
 
 void NewFile::publish(bool durable) {

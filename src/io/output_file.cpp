@@ -39,6 +39,8 @@ void write_run_record(hid_t f, const std::string& path, const RunRecord& r) {
   hdf5::write_attribute(f, path, "/", "flops", r.flops);
   hdf5::write_attribute(f, path, "/", "min_bytes", r.min_bytes);
   hdf5::write_attribute(f, path, "/", "input_file", r.input_file);
+  if (!r.input_file_relative.empty())
+    hdf5::write_attribute(f, path, "/", "input_file_relative", r.input_file_relative);
   hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
   hdf5::write_attribute(f, path, "/", "normalize", static_cast<std::int64_t>(r.normalize ? 1 : 0));
   hdf5::write_attribute(f, path, "/", "num_sequences", r.num_sequences);
@@ -85,6 +87,7 @@ RunRecord read_run_record(hid_t f, const std::string& path) {
   r.flops = required_number(f, path, "flops");
   r.min_bytes = required_number(f, path, "min_bytes");
   r.input_file = required_string(f, path, "input_file");
+  r.input_file_relative = hdf5::read_string_attribute(f, path, "/", "input_file_relative").value_or("");
   r.input_group = required_string(f, path, "input_group");
   r.normalize = hdf5::read_number_attribute(f, path, "/", "normalize").value_or(0.0) != 0.0;
   r.num_sequences = static_cast<std::int64_t>(hdf5::read_number_attribute(f, path, "/", "num_sequences").value_or(0.0));

@@ -29,8 +29,9 @@ struct RunRecord {
   double kernel_seconds = 0, upload_seconds = 0, download_seconds = 0;
   double flops = 0;      // the ledger's count for the variant
   double min_bytes = 0;  // the ledger's minimum bytes moved
-  std::string input_file;   // as given on the command line
-  std::string input_group;  // "/" for a case at the root
+  std::string input_file;           // absolute (outputs made before input_file_relative: as given on the command line)
+  std::string input_file_relative;  // from the output file's folder; "" when absent (older outputs)
+  std::string input_group;          // "/" for a case at the root
   bool normalize = false;           // attribute normalize (0/1); absent in older files: 0
   std::int64_t num_sequences = 0;   // attribute num_sequences (B, or N packed sequences)
 };

@@ -24,7 +24,13 @@ std::atomic<pid_t> children[kChildren];
 std::atomic<int> exiting{0}, creating{0};
 
 void on_signal(int sig) {
-  exiting.store(1);
+  // One handler cleans up and exits. The mask below blocks a second signal
+  // only on the thread handling the first: another thread may take it, and
+  // would then remove and print a second time while the first is at work.
+  // That one waits here until the first one's _exit ends the process.
+  if (exiting.exchange(1) != 0) {
+    for (;;) ::pause();
+  }
   // Files being created now: wait (at most about a second, in case this very
   // thread was the one creating) until they exist, so that they are removed below.
   for (int i = 0; i < 1000 && creating.load() > 0; ++i) {

@@ -85,6 +85,10 @@ std::vector<Window> plan_plain(const Problem& p, const CaseStorage& s, const Win
 
 }  // namespace
 
+std::int64_t case_tokens(const Problem& whole) { return (whole.varlen() ? 1 : whole.B) * whole.T; }
+
+std::int64_t window_tokens(const Problem& whole, const Window& w) { return (whole.varlen() ? 1 : whole.B) * w.tokens(); }
+
 std::vector<Window> plain_windows(const Problem& p, std::int64_t chunks) {
   const std::int64_t NT = p.num_chunks();
   std::vector<Window> windows;

@@ -44,6 +44,12 @@ struct Window {
   std::int64_t finished_end() const { return seq_end - (carries ? 1 : 0); }
 };
 
+// What progress counts (fraction, tokens/s, ETA): every token of every batch
+// row, so that a case of B rows is done when its windows' tokens add up to
+// B * T (a packed batch has one row: its T tokens, every sequence's).
+std::int64_t case_tokens(const Problem& whole);
+std::int64_t window_tokens(const Problem& whole, const Window& w);  // its tokens times the rows it covers
+
 // A plain batch (B rows of T tokens) cut along T into windows of `chunks`
 // chunks (the last may be shorter), for all B rows at once.
 std::vector<Window> plain_windows(const Problem& p, std::int64_t chunks);

@@ -88,7 +88,7 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
         c->stream->write_final(l.finished_row0, l.finished_rows, base + l.final_state, base + l.final_z);
         // Start the disk on what is written (best effort; the fsync at the end is what counts).
         if (c->writeback_fd >= 0) ::sync_file_range(c->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
-        progress_.advance(w.tokens(), bytes_moved);
+        progress_.advance(window_tokens(c->problem, w), bytes_moved);
       } catch (const std::exception& e) {
         fail(*c, e.what());
       }
