@@ -74,15 +74,22 @@ TEST(PathChoice, Chunk32OnCudaTakesRegisters) {
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
-TEST(PathChoice, Dk32OnCudaTakesRegisters) {
+// Heads the tiles pad (cuda/tile_rules.hpp) stay on tensor cores; past DK 256 the register kernels take them.
+TEST(PathChoice, Dk32OnCudaTakesTensorCores) {
   PathFacts f = on_cuda();
   f.DK = 32;
-  EXPECT_EQ(path_of(f), GemmPath::registers);
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-TEST(PathChoice, Dv48OnCudaTakesRegisters) {
+TEST(PathChoice, Dv48OnCudaTakesTensorCores) {
   PathFacts f = on_cuda();
   f.DV = 48;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, Dk320OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.DK = 320;
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
@@ -144,11 +151,12 @@ TEST(PathChoice, BlockDv48OnCudaTakesRegisters) {
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
-TEST(PathChoice, BlockDv64NotDividingDv96TakesRegisters) {
+// The last block's columns past DV are padding on chip: block_dv need not divide DV.
+TEST(PathChoice, BlockDv64NotDividingDv96TakesTensorCores) {
   PathFacts f = on_cuda();
   f.DV = 96;
   f.block_dv = 64;
-  EXPECT_EQ(path_of(f), GemmPath::registers);
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 // The tensor-core grid has one row per (batch, head), at most 65535.
