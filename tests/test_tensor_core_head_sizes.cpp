@@ -7,59 +7,23 @@
 // builds only: elsewhere these tests report themselves skipped (the portable
 // paths run the same shapes in test_kernels.cpp and test_varlen.cpp).
 #include "forward_check.hpp"
+#include "tensor_core_cases.hpp"
 
 #include <gtest/gtest.h>
 
 namespace linattn {
 namespace {
 
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr bool kHaveTensorCores = true;
-#else
-constexpr bool kHaveTensorCores = false;
-#endif
-
-Problem plain(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV) {
-  Problem p;
-  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = 64; p.scale = 0.3;
-  return p;
-}
-
-Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t H, std::int64_t DK, std::int64_t DV) {
-  Problem p = plain(1, 0, H, DK, DV);
-  p.cu_seqlens = {0};
-  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
-  p.T = p.cu_seqlens.back();
-  return p;
-}
-
-ForwardConfig tensor_cores(int segments, std::int64_t block_dv, bool fp32_out, SnapshotMode snaps, bool normalize) {
-  ForwardConfig cfg;
-  cfg.gemm = GemmPath::tensor_core;
-  cfg.segments = segments;
-  cfg.block_dv = block_dv;
-  cfg.output_fp32 = fp32_out;
-  cfg.snapshots = snaps;
-  cfg.normalize = normalize;
-  return cfg;
-}
-
-std::string describe(const Problem& p, const ForwardConfig& cfg, DType dtype, bool state) {
-  std::string s = std::string(dtype_name(dtype)) + " B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) +
-                  " H=" + std::to_string(p.H) + " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV) +
-                  (p.varlen() ? " packed N=" + std::to_string(p.num_sequences()) : "") + " segments " +
-                  std::to_string(cfg.segments) + " block_dv " + std::to_string(cfg.block_dv);
-  if (cfg.output_fp32) s += " fp32 o";
-  if (cfg.snapshots == SnapshotMode::bf16) s += " bf16 h";
-  if (cfg.normalize) s += " normalized";
-  if (state) s += " with initial state";
-  return s;
-}
+using testing::describe;
+using testing::kHaveTensorCores;
+using testing::tensor_cores;
+constexpr auto& plain = testing::plain_problem;
+constexpr auto& packed = testing::packed_problem;
 
 // The head sizes of issue 25's list, each in a ragged T: padded DK (16, 32,
-// 48, 60, 96, 100, 192, 250), padded DV (20, 48, 60, 100), DK != DV, odd
-// sizes whose rows are not 16-byte aligned (60, 100, 250: element-wise
-// copies), the 256 tile exactly (256 x 256, 256 x 512), and DK = DV = 1.
+// 48, 60, 96, 100, 192, 250), padded DV (20, 48, 60, 100), DK != DV, rows
+// that start off 16 bytes (60, 100: 8-byte copies; 250: 4-byte; 1: element
+// by element), the 256 tile exactly (256 x 256, 256 x 512), and DK = DV = 1.
 TEST(TensorCoreHeadSizes, PlainBatchesMatchReference) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
   const Problem problems[] = {plain(2, 130, 2, 16, 16),  plain(1, 200, 2, 32, 96),   plain(2, 129, 2, 48, 20),

@@ -5,51 +5,19 @@
 // skipped (the same batches on the portable paths: test_varlen.cpp,
 // test_normalize.cpp).
 #include "forward_check.hpp"
+#include "tensor_core_cases.hpp"
 
 #include <gtest/gtest.h>
 
 namespace linattn {
 namespace {
 
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr bool kHaveTensorCores = true;
-#else
-constexpr bool kHaveTensorCores = false;
-#endif
-
-Problem packed_problem(const std::vector<std::int64_t>& lengths, std::int64_t H, std::int64_t DK, std::int64_t DV) {
-  Problem p;
-  p.B = 1;
-  p.H = H;
-  p.DK = DK;
-  p.DV = DV;
-  p.chunk = 64;
-  p.scale = 0.3;
-  p.cu_seqlens = {0};
-  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
-  p.T = p.cu_seqlens.back();
-  return p;
-}
+using testing::describe;
+using testing::kHaveTensorCores;
+using testing::packed_problem;
 
 ForwardConfig tensor_cores(int segments, bool fp32_out, SnapshotMode snaps, bool normalize) {
-  ForwardConfig cfg;
-  cfg.gemm = GemmPath::tensor_core;
-  cfg.segments = segments;
-  cfg.output_fp32 = fp32_out;
-  cfg.snapshots = snaps;
-  cfg.normalize = normalize;
-  return cfg;
-}
-
-std::string describe(const Problem& p, const ForwardConfig& cfg, DType dtype, bool state) {
-  std::string s = std::string(dtype_name(dtype)) + " N=" + std::to_string(p.num_sequences()) + " T=" +
-                  std::to_string(p.T) + " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV) + " segments " +
-                  std::to_string(cfg.segments);
-  if (cfg.output_fp32) s += " fp32 o";
-  if (cfg.snapshots == SnapshotMode::bf16) s += " bf16 h";
-  if (cfg.normalize) s += " normalized";
-  if (state) s += " with initial state";
-  return s;
+  return testing::tensor_cores(segments, 0, fp32_out, snaps, normalize);
 }
 
 // Ragged lengths 1, 63, 64, 65 and 300 (chunks never cross a sequence, the
