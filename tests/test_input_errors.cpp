@@ -311,6 +311,31 @@ TEST_F(BadInput, PackedStatesNeedOnePerSequence) {
   expect_rejected(unused_z, "case0", unused_z + ": dataset 'case0/z_state': ", "pass --normalize");
 }
 
+// A gate (a log-decay <= 0, so a valid one) would be ignored by the level-1
+// kernels: each is refused, naming its dataset, before anything runs.
+TEST_F(BadInput, GatesAreRefusedNotIgnored) {
+  const struct {
+    const char* name;
+    std::vector<hsize_t> shape;
+    const char* what;
+  } gates[] = {{"g", {1, 40, 2}, "Mamba-2's per-token decay"},
+               {"g_gamma", {2}, "RetNet's per-head decay"},
+               {"gk", {1, 40, 2, 8}, "GLA's per-token, per-key-channel decay"}};
+  for (const auto& gate : gates) {
+    SCOPED_TRACE(gate.name);
+    const std::string bad = dir / (std::string("gate_") + gate.name + ".h5");
+    make_file(bad, [&](hid_t f) {
+      raw_case(f, "case0", CaseShapes{});
+      raw_dataset(f, std::string("case0/") + gate.name, H5T_IEEE_F32LE, gate.shape,
+                  [](std::size_t i) { return -nonzero(i); });
+    });
+    expect_rejected(bad, "case0", bad + ": dataset 'case0/" + gate.name + "': ",
+                    std::string("gated linear attention (") + gate.what +
+                        ") is not implemented yet; linattn computes level 1 (no decay) and refuses a gate rather "
+                        "than ignore it");
+  }
+}
+
 TEST_F(BadInput, OutputExistsUnlessForced) {
   const std::string other = dir / "other.h5";
   make_file(other, [](hid_t f) { raw_case(f, "case0", CaseShapes{}); });

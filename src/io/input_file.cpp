@@ -194,6 +194,18 @@ CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& gr
                                         shape_string(expected));
     check_sizes(id, file, z_path, z);
   }
+  // Gates (docs/HDF5.md, "Gates"): the kernels compute level 1 only, so a
+  // case that holds a decay would get wrong outputs if it were read as level 1.
+  const std::pair<const char*, const char*> gates[] = {{"g_gamma", "RetNet's per-head decay"},
+                                                       {"g", "Mamba-2's per-token decay"},
+                                                       {"gk", "GLA's per-token, per-key-channel decay"}};
+  for (const auto& [name, what] : gates) {
+    const std::string path = dataset_path(group, name);
+    if (hdf5::link_exists(id, path))
+      throw FileError(file, path, std::string("gated linear attention (") + what +
+                                      ") is not implemented yet; linattn computes level 1 (no decay) and refuses "
+                                      "a gate rather than ignore it");
+  }
   for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens"}) {
     const std::string path = dataset_path(group, name);
     if (hdf5::link_exists(id, path) && hdf5::reads_other_files(hdf5::open_dataset(id, file, path).get()))

@@ -68,7 +68,9 @@ struct ReadOptions {
 // differing, rank, a zero dimension, B/T/H or DK disagreeing, initial_state or
 // z_state of the wrong shape, a layout other than BTHD, cu_seqlens that is not
 // an integer vector or breaks the rules of validate_sequences (B = 1, starts
-// at 0, increasing, ends at T), and NaN or Inf elements unless allowed.
+// at 0, increasing, ends at T), a gate (g_gamma, g or gk: levels 2 and up are
+// not implemented, and a gate is refused rather than ignored), and NaN or Inf
+// elements unless allowed.
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options = {});
 
 // Writes cases in the input schema (q, k, v with layout="BTHD", and
