@@ -30,29 +30,15 @@ h5py or numpy cannot be imported.
 """
 import os
 import shutil
-import subprocess
 import sys
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIPPED: {sys.executable} cannot import h5py/numpy ({e}); install python3-h5py python3-numpy")
-    sys.exit(77)
+from cli_check import CliCheck, import_h5py_or_skip
 
-EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+h5py, np = import_h5py_or_skip()
+check = CliCheck(sys.argv)
+EXE, WORK = check.exe, check.work
+fail, linattn = check.fail, check.linattn
 OPT_IN = "--allow-external-data"
-failures = []
-
-
-def fail(what):
-    print("FAIL:", what)
-    failures.append(what)
-
-
-def linattn(*args):
-    r = subprocess.run([EXE, *args], capture_output=True, text=True, cwd=WORK)
-    return r.returncode, r.stdout, r.stderr
 
 
 def outputs_in(folder):
@@ -345,7 +331,4 @@ rc, out, err = linattn("verify", allowed_out, OPT_IN)
 if rc != 0 or "verify: ok" not in out or "read external data (q)" not in out:
     fail(f"verify {OPT_IN}: exit {rc}\n{out}{err}")
 
-if failures:
-    print(f"\n{len(failures)} failure(s)")
-    sys.exit(1)
-print("\nok: every dataset that points outside its file was refused, and read only when allowed")
+check.finish("every dataset that points outside its file was refused, and read only when allowed")

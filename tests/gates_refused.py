@@ -14,29 +14,15 @@ numpy cannot be imported.
 """
 import os
 import shutil
-import subprocess
 import sys
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIPPED: {sys.executable} cannot import h5py/numpy ({e}); install python3-h5py python3-numpy")
-    sys.exit(77)
+from cli_check import CliCheck, import_h5py_or_skip
 
-EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+h5py, np = import_h5py_or_skip()
+check = CliCheck(sys.argv)
+EXE, WORK = check.exe, check.work
+fail, linattn = check.fail, check.linattn
 WORDS = ["is not implemented yet", "refuses a gate rather than ignore it"]
-failures = []
-
-
-def fail(what):
-    print("FAIL:", what)
-    failures.append(what)
-
-
-def linattn(*args):
-    r = subprocess.run([EXE, *args], capture_output=True, text=True, cwd=WORK)
-    return r.returncode, r.stdout, r.stderr
 
 
 rng = np.random.default_rng(27)
@@ -114,7 +100,4 @@ if os.path.exists(forward):
     rc, out, err = linattn("verify", forward)
     check_refused("verify", rc, err, "plain/g", 2)
 
-if failures:
-    print(f"\n{len(failures)} failure(s)")
-    sys.exit(1)
-print("\nok: g, g_gamma and gk were refused by run, backward and verify, and the plain case ran")
+check.finish("g, g_gamma and gk were refused by run, backward and verify, and the plain case ran")

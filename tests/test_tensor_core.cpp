@@ -6,6 +6,7 @@
 #include "core/random_tensor.hpp"
 #include "kernels/forward.hpp"
 #include "reference/references.hpp"
+#include "tensor_core_cases.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -13,26 +14,12 @@
 namespace linattn {
 namespace {
 
+constexpr auto& tc_problem = testing::plain_problem;
+using testing::kHaveTensorCores;
 
-Problem tc_problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV) {
-  Problem p;
-  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = 64; p.scale = 0.3;
-  return p;
-}
-
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr bool kHaveTensorCores = true;
-#else
-constexpr bool kHaveTensorCores = false;
-#endif
-
+// Run directly with run_forward (not forward_check.hpp), so the poisoning is asked for here.
 ForwardConfig tensor_core_config(std::int64_t block_dv, int segments, bool fp32_out, SnapshotMode snaps) {
-  ForwardConfig cfg;
-  cfg.gemm = GemmPath::tensor_core;
-  cfg.block_dv = block_dv;
-  cfg.segments = segments;
-  cfg.output_fp32 = fp32_out;
-  cfg.snapshots = snaps;
+  ForwardConfig cfg = testing::tensor_cores(segments, block_dv, fp32_out, snaps, false);
   cfg.poison_outputs = true;
   return cfg;
 }

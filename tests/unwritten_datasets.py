@@ -17,30 +17,16 @@ or numpy cannot be imported.
 """
 import os
 import shutil
-import subprocess
 import sys
 
-try:
-    import h5py
-    import numpy as np
-except ImportError as e:
-    print(f"SKIPPED: {sys.executable} cannot import h5py/numpy ({e}); install python3-h5py python3-numpy")
-    sys.exit(77)
+from cli_check import CliCheck, import_h5py_or_skip
 
-EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+h5py, np = import_h5py_or_skip()
+check = CliCheck(sys.argv)
+EXE, WORK = check.exe, check.work
+fail, linattn = check.fail, check.linattn
 NO_DATA = "no data written"
 WHY = "a file with unwritten data is not an input"
-failures = []
-
-
-def fail(what):
-    print("FAIL:", what)
-    failures.append(what)
-
-
-def linattn(*args):
-    r = subprocess.run([EXE, *args], capture_output=True, text=True, cwd=WORK)
-    return r.returncode, r.stdout, r.stderr
 
 
 rng = np.random.default_rng(26)
@@ -190,7 +176,4 @@ os.replace(os.path.join(WORK, "plain_copy.h5"), plain)
 rc, out, err = linattn("verify", forward)
 refused("verify", rc, out, err, "q", unallocated, None, exit_code=2)
 
-if failures:
-    print(f"\n{len(failures)} failure(s)")
-    sys.exit(1)
-print("\nok: every unwritten dataset was refused, before any output and before the memory budget")
+check.finish("every unwritten dataset was refused, before any output and before the memory budget")
