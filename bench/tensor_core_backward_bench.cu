@@ -11,6 +11,7 @@
 // TC_SEQLENS=L1,L2,... packs the B*T tokens into these sequences (B = 1);
 // TC_FP16=1 runs fp16 inputs (bf16 snapshots); TC_DHT=1 adds a random dht;
 // TC_BIGSMEM=1 runs the chunk kernel with separate h/dh and P/A tiles.
+#include "kernels/cuda/fused_tensor_core.hpp"
 #include "kernels/cuda/tensor_core_backward.hpp"
 
 #include "cuda_bench_support.hpp"

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 namespace linattn {
 namespace {
@@ -531,17 +532,23 @@ TEST(BackwardPathChoice, Bf16OnCudaTakesTensorCores) {
   EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
   f.DK = 128;  // DK != DV
   EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  // Every head up to DK 256 and DV 512 (the tiled chunk kernels, tile_rules.hpp).
+  for (auto [dk, dv] : {std::pair{96, 96}, {60, 60}, {256, 512}, {1, 1}, {32, 512}, {250, 20}}) {
+    f.DK = dk;
+    f.DV = dv;
+    EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core) << dk << " x " << dv;
+  }
 }
 
 TEST(BackwardPathChoice, WhatTensorCoresCannotRunTakesKokkosKernelsUnderAuto) {
   BackwardPathFacts fp32_out = backward_on_cuda(), fp32_in = backward_on_cuda(), chunk32 = backward_on_cuda(),
-                    dk96 = backward_on_cuda(), dv32 = backward_on_cuda();
+                    dk512 = backward_on_cuda(), dv1024 = backward_on_cuda();
   fp32_out.output_fp32 = true;
   fp32_in.input = DType::f32;
   chunk32.chunk = 32;
-  dk96.DK = 96;
-  dv32.DV = 32;
-  for (const BackwardPathFacts& f : {fp32_out, fp32_in, chunk32, dk96, dv32}) {
+  dk512.DK = 512;
+  dv1024.DV = 1024;
+  for (const BackwardPathFacts& f : {fp32_out, fp32_in, chunk32, dk512, dv1024}) {
     EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
     BackwardPathFacts asked = f;
     asked.requested = GemmPath::tensor_core;
@@ -551,6 +558,8 @@ TEST(BackwardPathChoice, WhatTensorCoresCannotRunTakesKokkosKernelsUnderAuto) {
   EXPECT_TRUE(contains(backward_refusal_of(fp32_out), "fp32"));
   chunk32.requested = GemmPath::tensor_core;
   EXPECT_TRUE(contains(backward_refusal_of(chunk32), "chunk 32"));
+  dk512.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(backward_refusal_of(dk512), "DK in 1..256 and DV in 1..512 (here chunk 64, DK 512, DV 128)"));
 }
 
 TEST(BackwardPathChoice, ExplicitRequestsRunAsAskedOrAreRefused) {

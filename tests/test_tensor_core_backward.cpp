@@ -1,6 +1,7 @@
 // The tensor-core backward (src/kernels/cuda/tensor_core_backward.hpp) against
 // the fp64 reference (backward_check.hpp: dq, dk, dv and dh0, outputs poisoned
-// first): bf16 and fp16, DK and DV of 64 and 128 (also unequal), ragged T,
+// first): bf16 and fp16, DK and DV of 64 and 128 (also unequal) and every
+// other head size up to DK 256, DV 512 (padded on chip), ragged T,
 // packed lengths 1, 63, 64, 65 and 300 with one sequence holding most tokens,
 // initial states and dht, snapshots read as bf16 or fp32 or recomputed. CUDA
 // builds only: elsewhere the kernels do not exist and these tests report
@@ -8,6 +9,8 @@
 #include "backward_check.hpp"
 
 #include <gtest/gtest.h>
+
+#include <utility>
 
 namespace linattn {
 namespace {
@@ -36,6 +39,35 @@ TEST(TensorCoreBackward, EveryShapeAndTypeMatchesReference) {
     for (std::int64_t DK : {64, 128})
       for (std::int64_t DV : {64, 128})
         expect_tensor_cores_match(plain(2, 300, 2, DK, DV, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
+}
+
+// Heads the whole-head chunk kernel does not hold: the tiled chunk kernels
+// (chunk_gradient_tiled.hpp) with DK and DV padded on chip, and the reverse
+// walks on the 64-, 128- and 256-row DK tiles; odd widths move element by
+// element, widths of 4 (mod 8) in 8-byte copies.
+TEST(TensorCoreBackward, EveryHeadSizeMatchesReference) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5600;
+  const std::pair<std::int64_t, std::int64_t> heads[] = {{16, 16},   {32, 32},  {48, 48},  {60, 60},  {96, 96},
+                                                         {100, 100}, {192, 192}, {256, 256}, {256, 512}, {1, 1},
+                                                         {64, 20},   {250, 96},  {32, 512}, {128, 256}, {256, 64}};
+  for (DType dtype : {DType::bf16, DType::f16})
+    for (auto [DK, DV] : heads)
+      expect_tensor_cores_match(plain(2, 150, 2, DK, DV, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
+}
+
+// The same kernels on packed batches, with bf16 snapshots (converted on the
+// way for fp16 inputs) and with recomputed ones.
+TEST(TensorCoreBackward, EveryHeadSizePackedAndSnapshotKinds) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5700;
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    expect_tensor_cores_match(packed({1, 63, 64, 65, 300}, 2, 96, 60, 64), dtype, ++seed, true, true, SnapshotMode::bf16);
+    expect_tensor_cores_match(packed({1, 63, 64, 65, 300}, 2, 256, 100, 64), dtype, ++seed, false, true,
+                              SnapshotMode::accumulation);
+    expect_tensor_cores_match(plain(2, 130, 2, 192, 48, 64), dtype, ++seed, true, false, SnapshotMode::none, true);
+    expect_tensor_cores_match(plain(1, 200, 3, 256, 256, 64), dtype, ++seed, true, true, SnapshotMode::bf16);
+  }
 }
 
 TEST(TensorCoreBackward, RaggedLengths) {

@@ -93,5 +93,45 @@ TEST(TileRules, BlockDvChoice) {
   EXPECT_EQ(choose_block_dv(2, 16, 96, 96, 132, true), 32);     // 32 blocks at 128: too few, 96 at 32
 }
 
+// ---- the backward
+
+TEST(TileRules, WholeHeadGradientOnlyForHeadsOf64Or128) {
+  EXPECT_TRUE(whole_head_gradient(64, 64));
+  EXPECT_TRUE(whole_head_gradient(128, 64));
+  EXPECT_TRUE(whole_head_gradient(64, 128));
+  EXPECT_TRUE(whole_head_gradient(128, 128));
+  EXPECT_FALSE(whole_head_gradient(256, 256));
+  EXPECT_FALSE(whole_head_gradient(96, 128));
+  EXPECT_FALSE(whole_head_gradient(128, 32));
+}
+
+// dh's padded shape: the head itself for the whole-head kernel, else DK and
+// DV rounded up to 16 (what the memory budget counts).
+TEST(TileRules, StateGradientScratchShape) {
+  EXPECT_EQ(gradient_rows(128, 128), 128);
+  EXPECT_EQ(gradient_cols(128, 128), 128);
+  EXPECT_EQ(gradient_rows(64, 128), 64);
+  EXPECT_EQ(gradient_rows(256, 512), 256);
+  EXPECT_EQ(gradient_cols(256, 512), 512);
+  EXPECT_EQ(gradient_rows(96, 96), 96);
+  EXPECT_EQ(gradient_rows(60, 100), 64);
+  EXPECT_EQ(gradient_cols(60, 100), 112);
+  EXPECT_EQ(gradient_rows(1, 1), 16);
+  EXPECT_EQ(gradient_cols(1, 1), 16);
+  EXPECT_EQ(gradient_cols(128, 20), 32);
+}
+
+// The reverse walks' DV block: the register cap of the DK tile, halved while
+// the walks give fewer than two blocks per SM (132 SMs), and dividing dh's columns.
+TEST(TileRules, StateGradientBlock) {
+  EXPECT_EQ(state_gradient_block(64, 64, 8 * 16, 132), 16);    // 128 walks: 128 and 256 blocks are too few
+  EXPECT_EQ(state_gradient_block(64, 128, 8 * 16, 132), 32);   // 256 blocks of 64 too few, 512 of 32 enough
+  EXPECT_EQ(state_gradient_block(64, 128, 64 * 16, 132), 64);
+  EXPECT_EQ(state_gradient_block(128, 128, 8 * 16, 132), 32);  // the cap of the 128 tile
+  EXPECT_EQ(state_gradient_block(256, 512, 2 * 8, 132), 16);   // the cap of the 256 tile
+  EXPECT_EQ(state_gradient_block(60, 64, 1, 132), 16);         // few walks: the narrowest
+  EXPECT_EQ(state_gradient_block(96, 128, 1024, 132), 32);
+}
+
 }  // namespace
 }  // namespace linattn::cuda

@@ -39,7 +39,7 @@ Command add_backward_command(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_option("--gemm", o->gemm,
                   "Tile products: tensorcore (CUDA, fp16/bf16 inputs with dq, dk, dv in the input dtype, chunk 64, DK "
-                  "and DV 64 or 128), hosttile (host backends) or kokkoskernels; auto takes tensorcore where it can "
+                  "in 1..256 and DV in 1..512), hosttile (host backends) or kokkoskernels; auto takes tensorcore where it can "
                   "run, else hosttile on host backends, else kokkoskernels")
       ->check(CLI::IsMember({"auto", "kokkoskernels", "hosttile", "tensorcore"}))
       ->capture_default_str();

@@ -33,9 +33,10 @@ namespace {
 // The shapes the tensor-core kernel runs (src/kernels/cuda/tile_rules.hpp): any
 // head up to DK 256 and DV 512, zero-padded on chip to its tiles.
 constexpr const char* kTensorCoreShape = "chunk 64, DK in 1..256 and DV in 1..512";
-bool tensor_core_shape(const PathFacts& f) {
-  return f.chunk == 64 && f.DK >= 1 && f.DK <= cuda::kMaxTensorCoreDK && f.DV >= 1 && f.DV <= cuda::kMaxTensorCoreDV;
+bool tensor_core_shape(std::int64_t chunk, std::int64_t DK, std::int64_t DV) {
+  return chunk == 64 && DK >= 1 && DK <= cuda::kMaxTensorCoreDK && DV >= 1 && DV <= cuda::kMaxTensorCoreDV;
 }
+bool tensor_core_shape(const PathFacts& f) { return tensor_core_shape(f.chunk, f.DK, f.DV); }
 
 // Its grid has one row per (batch, head): CUDA's limit on grid rows.
 constexpr std::int64_t kMaxGridRows = 65535;
@@ -128,9 +129,9 @@ std::string backward_tensor_core_refusal(const BackwardPathFacts& f) {
   if (!f.known_case) return {};
   if (f.input != DType::f16 && f.input != DType::bf16)
     return std::string("the tensor-core backward takes fp16 or bf16 inputs, not ") + dtype_name(f.input);
-  if (f.chunk != 64 || (f.DK != 64 && f.DK != 128) || (f.DV != 64 && f.DV != 128))
-    return "the tensor-core backward needs chunk 64 and DK, DV of 64 or 128 (here chunk " + std::to_string(f.chunk) +
-           ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
+  if (!tensor_core_shape(f.chunk, f.DK, f.DV))
+    return std::string("the tensor-core backward needs ") + kTensorCoreShape + " (here chunk " +
+           std::to_string(f.chunk) + ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
   return {};
 }
 

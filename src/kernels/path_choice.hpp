@@ -75,7 +75,7 @@ struct BackwardPathFacts {
 
 // The backward's path, or why the request cannot run. automatic takes the
 // tensor-core backward where it can run (CUDA, fp16/bf16 inputs and outputs,
-// chunk 64, DK and DV 64 or 128); else hosttile on host backends; else
+// chunk 64, DK in 1..256 and DV in 1..512); else hosttile on host backends; else
 // kokkoskernels. An explicit request runs as asked or is refused.
 PathChoice choose_backward_path(const BackwardPathFacts& facts);
 

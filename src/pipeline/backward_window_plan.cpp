@@ -1,5 +1,7 @@
 #include "pipeline/backward_window_plan.hpp"
 
+#include "kernels/cuda/tile_rules.hpp"
+
 #include <algorithm>
 #include <string>
 
@@ -23,8 +25,10 @@ BackwardUnits units(const Problem& p, const BackwardStorage& s) {
   // h: read and uploaded, or recomputed in the kernels' buffers.
   u.chunk = s.recompute_h ? state * acc : 2 * state * static_cast<std::int64_t>(dtype_size(s.snapshot));
   // The tensor-core backward's scratch dh (the state gradient after each chunk, in the input
-  // type: kernels/cuda/tensor_core_backward.hpp), counted on every path.
-  u.chunk += state * in;
+  // type, padded to its tiles: kernels/cuda/tile_rules.hpp), counted on every path.
+  const int DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV);
+  u.chunk += p.H * std::max<std::int64_t>(p.DK, cuda::gradient_rows(DK, DV)) *
+             std::max<std::int64_t>(p.DV, cuda::gradient_cols(DK, DV)) * in;
   // dht (read, converted, uploaded) and dh0 (computed, downloaded); with
   // recompute_h the start states likewise and the forward's final states.
   u.sequence = (s.recompute_h ? 9 : 5) * state * acc;

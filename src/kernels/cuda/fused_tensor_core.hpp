@@ -33,6 +33,8 @@
 // (kSplitState below).
 #pragma once
 
+#include "kernels/cuda/device_memory.hpp"
+#include "kernels/cuda/mma_primitives.hpp"
 #include "kernels/cuda/packed_schedule.hpp"
 #include "kernels/cuda/segment_split.hpp"
 #include "kernels/cuda/tile_rules.hpp"
@@ -80,8 +82,6 @@ struct FusedTensorCoreArgs {
 };
 
 namespace detail {
-
-constexpr int kChunk = 64;
 
 // Where one block's work lies: its sequence's tokens, snapshots and state rows,
 // its chunks, and the segment sums it starts from. Plain batches are decoded
@@ -145,109 +145,6 @@ template <int DK, int BV>
 constexpr int kFusedGroupWidth = DK == 64 && BV == 64 ? 16 : kGroupWidth;
 template <int DK, int BV>
 constexpr int kFusedThreads = 4 * 32 * (BV / kFusedGroupWidth<DK, BV>);  // groups of 4 warps
-constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
-
-template <class E>
-struct Elem;
-template <>
-struct Elem<__nv_bfloat16> {
-  __device__ static std::uint32_t pack(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *reinterpret_cast<std::uint32_t*>(&v);
-  }
-  __device__ static float round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
-  __device__ static float2 unpack(std::uint32_t x) { return make_float2(__uint_as_float(x << 16), __uint_as_float(x & 0xffff0000u)); }
-  // (x0, x1) = hi + lo, each a packed pair: one conversion for hi, its halves
-  // read back by bit operations (bf16 is the top half of an fp32).
-  __device__ static void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
-    hi = pack(x0, x1);
-    lo = pack(x0 - __uint_as_float(hi << 16), x1 - __uint_as_float(hi & 0xffff0000u));
-  }
-  __device__ static void mma(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-template <>
-struct Elem<__half> {
-  __device__ static std::uint32_t pack(float lo, float hi) {
-    __half2 v = __floats2half2_rn(lo, hi);
-    return *reinterpret_cast<std::uint32_t*>(&v);
-  }
-  __device__ static float round(float x) { return __half2float(__float2half_rn(x)); }
-  __device__ static float2 unpack(std::uint32_t x) { return __half22float2(*reinterpret_cast<const __half2*>(&x)); }
-  __device__ static void split(float x0, float x1, std::uint32_t& hi, std::uint32_t& lo) {
-    hi = pack(x0, x1);
-    const float2 h = __half22float2(*reinterpret_cast<const __half2*>(&hi));
-    lo = pack(x0 - h.x, x1 - h.y);
-  }
-  __device__ static void mma(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-  }
-};
-
-__device__ inline std::uint32_t smem_addr(const void* p) {
-  return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ inline void ldmatrix_x4(std::uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ inline void ldmatrix_x4_trans(std::uint32_t* r, const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-// 16-byte asynchronous copy; src_bytes = 0 zero-fills (rows past the end of a ragged chunk).
-__device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-// 8- and 4-byte asynchronous copies (through L1: .cg takes 16 bytes only), for rows that start off 16 bytes.
-__device__ inline void cp_async8(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ inline void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes));
-}
-__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-// ds += K^T V over keys 16kk..16kk+15, for the state rows row0 + 16mt.. of a
-// warp (K stored [key][d], kt its tile with row stride k_stride) by the warp's
-// V fragments vf (8-column pairs, from ldmatrix.trans of V stored [key][dv]).
-template <class E, int kSMTiles, int kNTiles>
-__device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
-                                   const std::uint32_t (&vf)[kNTiles / 2][4], int kk, int row0, int lane) {
-  #pragma unroll
-  for (int mt = 0; mt < kSMTiles; ++mt) {
-    std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys
-    ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1));
-    #pragma unroll
-    for (int np = 0; np < kNTiles / 2; ++np) {
-      Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
-      Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
-    }
-  }
-}
-
-// s += ds element by element, in IEEE fp32 (the tensor cores' own fp32 sums are not IEEE-rounded).
-template <int kSMTiles, int kNTiles>
-__device__ inline void add_tiles(float (&s)[kSMTiles][kNTiles][4], const float (&ds)[kSMTiles][kNTiles][4]) {
-  #pragma unroll
-  for (int mt = 0; mt < kSMTiles; ++mt)
-    #pragma unroll
-    for (int nt = 0; nt < kNTiles; ++nt)
-      #pragma unroll
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];
-}
 
 // Normalization's key sums (kNormalize): thread x sums key columns 2p, 2p+1
 // (p = x % (DK/2)) over rows x / (DK/2), + parts, ... of a chunk's K tile;
@@ -282,71 +179,6 @@ __device__ inline float2 add_key_parts(float2 z, const float* parts) {
     z.y += x.y;
   }
   return z;
-}
-
-template <class T>
-__device__ inline void store_pair(T* p, float a, float b);
-template <>
-__device__ inline void store_pair<float>(float* p, float a, float b) {
-  *reinterpret_cast<float2*>(p) = make_float2(a, b);
-}
-template <>
-__device__ inline void store_pair<__nv_bfloat16>(__nv_bfloat16* p, float a, float b) {
-  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
-}
-template <>
-__device__ inline void store_pair<__half>(__half* p, float a, float b) {
-  *reinterpret_cast<__half2*>(p) = __floats2half2_rn(a, b);
-}
-__device__ inline void store_one(float* p, float a) { *p = a; }
-__device__ inline void store_one(__nv_bfloat16* p, float a) { *p = __float2bfloat16_rn(a); }
-__device__ inline void store_one(__half* p, float a) { *p = __float2half_rn(a); }
-
-// Padded tiles (kPad): 8 elements of a row (16 bytes of 16-bit elements) into
-// shared memory, those at columns >= n (or all, when the row is past the end)
-// zero, in asynchronous copies of cw bytes (row_copy_bytes in tile_rules.hpp:
-// every row starts on a whole copy, n is a multiple of one), or element by
-// element when rows start on odd elements.
-template <class E>
-__device__ inline void load_eight(E* dst, const E* row, int col, int n, bool in, int cw) {
-  if (cw == 16) {
-    const bool any = in && col < n;
-    cp_async16(dst, any ? row + col : row, any ? 16 : 0);
-  } else if (cw == 8) {
-    #pragma unroll
-    for (int e = 0; e < 8; e += 4) {
-      const bool any = in && col + e < n;
-      cp_async8(dst + e, any ? row + col + e : row, any ? 8 : 0);
-    }
-  } else if (cw == 4) {
-    #pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      const bool any = in && col + e < n;
-      cp_async4(dst + e, any ? row + col + e : row, any ? 4 : 0);
-    }
-  } else {
-    const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(row);
-    std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst);
-    #pragma unroll
-    for (int e = 0; e < 8; ++e) out[e] = in && col + e < n ? src[col + e] : std::uint16_t(0);
-  }
-}
-// 16 bytes from shared memory to device memory, the elements at columns < n,
-// in stores of cw bytes (at least one element).
-__device__ inline void store_bytes(void* dst, const void* src, int bytes) {
-  switch (bytes) {
-    case 16: *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src); break;
-    case 8: *static_cast<uint2*>(dst) = *static_cast<const uint2*>(src); break;
-    case 4: *static_cast<std::uint32_t*>(dst) = *static_cast<const std::uint32_t*>(src); break;
-    default: *static_cast<std::uint16_t*>(dst) = *static_cast<const std::uint16_t*>(src); break;
-  }
-}
-template <class T>
-__device__ inline void store_piece(T* dst, const T* src, int col, int n, int cw) {
-  constexpr int n_per = 16 / int(sizeof(T));
-  const int bytes = cw < int(sizeof(T)) ? int(sizeof(T)) : cw, per = bytes / int(sizeof(T));
-  for (int e = 0; e < n_per; e += per)
-    if (col + e < n) store_bytes(dst + e, src + e, bytes);
 }
 
 template <class OutT>
@@ -978,10 +810,6 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
 #endif
 }
 
-inline void check_launch(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
-}
-
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
@@ -1006,42 +834,9 @@ void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums
 
 }  // namespace detail
 
-// The segment states come from the stream-ordered allocator; keeping the freed
-// memory in its pool makes the next call's allocation cheap.
-inline void keep_pool_memory() {
-  static const bool done = [] {
-    int device = 0;
-    cudaMemPool_t pool;
-    if (cudaGetDevice(&device) == cudaSuccess && cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
-      std::uint64_t keep = ~std::uint64_t(0);
-      cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-    }
-    return true;
-  }();
-  (void)done;
-}
-
 struct FusedTensorCorePlan {
   int block_dv;
   int segments;  // per sequence (packed: of the most-split sequence)
-};
-
-// Device memory from the stream-ordered allocator, given back on the stream
-// after the kernels that use it (also when a launch throws).
-struct StreamBuffer {
-  struct Free {
-    cudaStream_t stream;
-    void operator()(void* p) const { cudaFreeAsync(p, stream); }
-  };
-  std::unique_ptr<void, Free> ptr;
-  StreamBuffer(std::size_t bytes, cudaStream_t stream, const char* what) : ptr(nullptr, Free{stream}) {
-    keep_pool_memory();
-    void* raw = nullptr;
-    if (bytes > 0) detail::check_launch(cudaMallocAsync(&raw, bytes, stream), what);
-    ptr.reset(raw);
-  }
-  template <class T>
-  T* as() const { return static_cast<T*>(ptr.get()); }
 };
 
 // block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses.

@@ -89,4 +89,32 @@ LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms,
   return 32;
 }
 
+// ---- The backward's tiles (tensor_core_backward.hpp)
+
+// True when the chunk-gradient kernel that holds a whole head in shared
+// memory runs (chunk_gradient.hpp: DK and DV of 64 or 128); every other head
+// takes 64 x 64 tiles (chunk_gradient_tiled.hpp).
+LINATTN_TILE_RULE bool whole_head_gradient(int DK, int DV) {
+  return (DK == 64 || DK == 128) && (DV == 64 || DV == 128);
+}
+
+// dh's rows and columns (the backward's scratch, the gradient of the state
+// after each chunk): DK and DV rounded up to 16 (zero past DK and DV), so
+// that its rows are whole 16-byte copies and the 16-column steps of the
+// products need no checks; the head itself for the whole-head kernel. The
+// memory budget counts the same.
+LINATTN_TILE_RULE int gradient_rows(int DK, int DV) { return whole_head_gradient(DK, DV) ? DK : (DK + 15) / 16 * 16; }
+LINATTN_TILE_RULE int gradient_cols(int DK, int DV) { return whole_head_gradient(DK, DV) ? DV : (DV + 15) / 16 * 16; }
+
+// DV block of the reverse walks (state_gradient.hpp) over `cols` columns of
+// dh: registers cap it at 64 for a DK tile of 64, 32 for 128, 16 for 256
+// (each warp holds DK tile / 4 rows of dS and of the chunk's Q^T dO); narrower
+// while the walks would not give about two blocks per SM.
+LINATTN_TILE_RULE int state_gradient_block(int DK, int cols, std::int64_t walks, int num_sms) {
+  const int dkt = dk_tile(DK);
+  int bv = dkt == 64 ? 64 : dkt == 128 ? 32 : 16;
+  while (bv > 16 && (cols % bv != 0 || walks * (cols / bv) < 2LL * num_sms)) bv /= 2;
+  return bv;
+}
+
 }  // namespace linattn::cuda

@@ -1,0 +1,196 @@
+// Kernel 2 of the tensor-core backward (tensor_core_backward.hpp) for heads
+// that fit shared memory whole, DK and DV of 64 or 128: one block per (chunk,
+// head), all of them independent, reads Q, K, V, dO of the chunk, h[c] and
+// dh[c], and writes
+//   dQ_c = scale dO_c h[c]^T + P K_c,          P = scale tril(dO_c V_c^T)
+//   dK_c = P^T Q_c + V_c dh[c]^T
+//   dV_c = A^T dO_c + K_c dh[c],               A = scale tril(Q_c K_c^T)
+// Other head sizes take chunk_gradient_tiled.hpp.
+#pragma once
+
+#include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/state_gradient.hpp"
+#include "kernels/cuda/warp_tiles.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace linattn::cuda::detail {
+
+// Two consecutive elements of a snapshot as floats.
+__device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ inline float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ inline float2 load_pair(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+
+template <int DK, int DV, bool kCompact>
+struct ChunkGradientLayout {
+  static constexpr int k_stride = DK + kPad, v_stride = DV + kPad, p_stride = kChunk + kPad;
+  static constexpr int k_tile = kChunk * k_stride, v_tile = kChunk * v_stride, s_tile = DK * v_stride;
+  static constexpr int p_tile = kChunk * p_stride;
+  // Q, K, V, dO, h[c] and dh[c], P and A, all 16-bit; compact: h[c] then
+  // dh[c] in one tile, P then A in one tile (113.7 KB at 128 x 128: two
+  // blocks per SM, each one's loads overlapping the other's products).
+  static constexpr int state_tiles = kCompact ? 1 : 2, score_tiles = kCompact ? 1 : 2;
+  static constexpr std::size_t bytes = std::size_t(2 * k_tile + 2 * v_tile + state_tiles * s_tile + score_tiles * p_tile) * 2;
+};
+constexpr int kChunkGradientThreads = 256;
+
+// Warp w's scores of row tile rt = w % 4, key tiles 2 (w / 4), 2 (w / 4) + 1
+// (those right of the diagonal are zero): scale tril(X Y^T) over D columns,
+// X and Y stored [token][D].
+template <class E, int D>
+__device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int stride, float scale, int lane) {
+  const int warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2, g = lane >> 2, t4 = lane & 3;
+  zero(sc);
+  #pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const int j = 2 * col_half + jj;
+    if (j > rt) continue;
+    float part[2][4];
+    zero(part);
+    mma_rows<E, 2>(part, 0, D, [&](std::uint32_t* f, int k0) { a_rows(f, x, stride, 16 * rt, k0, lane); },
+                   [&](std::uint32_t* f, int, int k0) { b_rows(f, y, stride, 16 * j, k0, lane); });
+    #pragma unroll
+    for (int n = 0; n < 2; ++n)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = 16 * rt + g + 8 * (e / 2), col = 16 * j + 8 * n + 2 * t4 + (e % 2);
+        sc[2 * jj + n][e] = col <= row ? part[n][e] * scale : 0.0f;
+      }
+  }
+}
+template <class E>
+__device__ inline void store_scores(E* p, int stride, const float (&sc)[4][4], int lane) {
+  const int warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2, g = lane >> 2, t4 = lane & 3;
+  #pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * rt + g + 8 * half, col = 32 * col_half + 8 * nt + 2 * t4;
+      *reinterpret_cast<std::uint32_t*>(p + row * stride + col) = Elem<E>::pack(sc[nt][2 * half], sc[nt][2 * half + 1]);
+    }
+}
+
+// blockIdx.x = head + H * chunk. Warp w owns the 16 rows 16 (w % 4).. of each
+// output and half of its columns (w / 4).
+template <class E, int DK, int DV, class SnapT, bool kCompact>
+__global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(TensorCoreBackwardArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using L = ChunkGradientLayout<DK, DV, kCompact>;
+  constexpr int kThreads = kChunkGradientThreads;
+  const int H = a.H, head = blockIdx.x % H;
+  const BackwardChunk ch = a.chunks[blockIdx.x / H];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  E* q_s = reinterpret_cast<E*>(shared_raw);  // [64][k_stride]
+  E* k_s = q_s + L::k_tile;                   // [64][k_stride]
+  E* v_s = k_s + L::k_tile;                   // [64][v_stride]
+  E* o_s = v_s + L::v_tile;                   // dO [64][v_stride]
+  E* h_s = o_s + L::v_tile;                   // h[c] [DK][v_stride]
+  E* d_s = h_s + (kCompact ? 0 : L::s_tile);  // dh[c] [DK][v_stride]
+  E* p_s = h_s + L::state_tiles * L::s_tile;  // P [64][p_stride]
+  E* a_s = p_s + (kCompact ? 0 : L::p_tile);  // A [64][p_stride]
+  const std::size_t tok = std::size_t(ch.token0) * H + head;
+  const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
+  const std::size_t state = (std::size_t(ch.h_chunk) * H + head) * DK * DV;
+  const E* dh = static_cast<const E*>(a.dh) + state;
+
+  // Groups of copies, each waited for just before its first use: the
+  // chunk's tiles, h[c], then dh[c] (compact: once h[c] is used up).
+  copy_tile_async<kThreads>(q_s, L::k_stride, static_cast<const E*>(a.q) + tok * DK, qk_row, kChunk, DK, ch.length);
+  copy_tile_async<kThreads>(k_s, L::k_stride, static_cast<const E*>(a.k) + tok * DK, qk_row, kChunk, DK, ch.length);
+  copy_tile_async<kThreads>(v_s, L::v_stride, static_cast<const E*>(a.v) + tok * DV, v_row, kChunk, DV, ch.length);
+  copy_tile_async<kThreads>(o_s, L::v_stride, static_cast<const E*>(a.d_o) + tok * DV, v_row, kChunk, DV, ch.length);
+  cp_async_commit();
+  if constexpr (std::is_same<SnapT, E>::value) {
+    copy_tile_async<kThreads>(h_s, L::v_stride, static_cast<const E*>(a.h) + state, DV, DK, DV, DK);
+  } else {  // converted on the way (bf16 snapshots of fp16 inputs, fp32 snapshots)
+    const SnapT* hp = static_cast<const SnapT*>(a.h) + state;
+    for (int i = threadIdx.x; i < DK * DV / 2; i += kThreads) {
+      const int r = i / (DV / 2), col = 2 * (i % (DV / 2));
+      const float2 x = load_pair(hp + r * DV + col);
+      *reinterpret_cast<std::uint32_t*>(h_s + r * L::v_stride + col) = Elem<E>::pack(x.x, x.y);
+    }
+  }
+  cp_async_commit();
+  if constexpr (!kCompact) {
+    copy_tile_async<kThreads>(d_s, L::v_stride, dh, DV, DK, DV, DK);
+    cp_async_commit();
+    cp_async_wait<2>();
+  } else {
+    cp_async_wait<1>();
+  }
+  __syncthreads();
+  float sc[4][4];  // P = scale tril(dO V^T), then A = scale tril(Q K^T), rounded once to 16 bits
+  scores<E, DV>(sc, o_s, v_s, L::v_stride, a.scale, lane);
+  store_scores(p_s, L::p_stride, sc, lane);
+  if constexpr (!kCompact) {
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane);
+    store_scores(a_s, L::p_stride, sc, lane);
+    cp_async_wait<1>();
+  } else {
+    cp_async_wait<0>();
+  }
+  __syncthreads();  // P (and A) and h[c] are in shared memory
+
+  // dQ = scale dO h^T + P K: columns (DK / 2) * col_half.., key tiles up to the diagonal.
+  {
+    constexpr int kN = DK / 16;
+    const int n0 = (DK / 2) * col_half;
+    float acc[kN][4];
+    zero(acc);
+    mma_rows<E, kN>(acc, 0, DV, [&](std::uint32_t* f, int k0) { a_rows(f, o_s, L::v_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, h_s, L::v_stride, n0 + n, k0, lane); });
+    #pragma unroll
+    for (int nt = 0; nt < kN; ++nt)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) acc[nt][e] *= a.scale;
+    mma_rows<E, kN>(acc, 0, 16 * (rt + 1), [&](std::uint32_t* f, int k0) { a_rows(f, p_s, L::p_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, k_s, L::k_stride, n0 + n, k0, lane); });
+    store_rows<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
+  }
+  if constexpr (kCompact) {
+    __syncthreads();  // h[c] is used up: dh[c] takes its tile, while A is computed
+    copy_tile_async<kThreads>(d_s, L::v_stride, dh, DV, DK, DV, DK);
+    cp_async_commit();
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane);
+  }
+  cp_async_wait<0>();
+  __syncthreads();  // dh[c] is in shared memory
+
+  // dK = P^T Q + V dh^T: key rows 16 rt.., query tiles from the diagonal on.
+  {
+    constexpr int kN = DK / 16;
+    const int n0 = (DK / 2) * col_half;
+    float acc[kN][4];
+    zero(acc);
+    mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, p_s, L::p_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, q_s, L::k_stride, n0 + n, k0, lane); });
+    mma_rows<E, kN>(acc, 0, DV, [&](std::uint32_t* f, int k0) { a_rows(f, v_s, L::v_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    store_rows<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
+  }
+  if constexpr (kCompact) {
+    __syncthreads();  // P is used up: A takes its tile
+    store_scores(a_s, L::p_stride, sc, lane);
+    __syncthreads();
+  }
+  // dV = A^T dO + K dh.
+  {
+    constexpr int kN = DV / 16;
+    const int n0 = (DV / 2) * col_half;
+    float acc[kN][4];
+    zero(acc);
+    mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, a_s, L::p_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, o_s, L::v_stride, n0 + n, k0, lane); });
+    mma_rows<E, kN>(acc, 0, DK, [&](std::uint32_t* f, int k0) { a_rows(f, k_s, L::k_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    store_rows<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, acc, 16 * rt, n0, ch.length, lane);
+  }
+#endif
+}
+
+}  // namespace linattn::cuda::detail

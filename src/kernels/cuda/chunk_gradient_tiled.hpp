@@ -1,0 +1,227 @@
+// Kernel 2 of the tensor-core backward for every head size
+// (tensor_core_backward.hpp; the chunk kernel of chunk_gradient.hpp holds a
+// whole 64..128-wide head in shared memory, these hold 64 x 64 tiles): per
+// (chunk, head), DK and DV in blocks of 64 columns, zero-padded on chip,
+//   dq, dk of one DK block (query_key_gradient_kernel), over the DV blocks:
+//     P = scale tril(dO V^T),  dQ = scale dO h^T + P K,  dK = P^T Q + V dh^T
+//   dv of one DV block (value_gradient_kernel), over the DK blocks:
+//     A = scale tril(Q K^T),   dV = A^T dO + K dh
+// P is summed over all of DV and A over all of DK before they are used, so
+// each DK block computes P again (and each DV block A), as fla's
+// chunk_bwd_dqkwg and chunk_bwd_dv do: about a third more products at 256 x 256
+// for blocks whose accumulators (3 x 32 floats a thread) fit in registers.
+// Each stage's tiles are double-buffered. P and A are rounded once to 16 bits,
+// as in chunk_gradient.hpp.
+#pragma once
+
+#include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/state_gradient.hpp"
+#include "kernels/cuda/tile_rules.hpp"
+#include "kernels/cuda/warp_tiles.hpp"
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace linattn::cuda::detail {
+
+constexpr int kGradientBlock = 64;     // DK and DV columns of one block of the tiled kernels
+constexpr int kTiledGradientThreads = 128;  // 4 warps, warp w owns the 16 token rows 16 w..
+constexpr int kTileStride = kGradientBlock + kPad;
+constexpr int kTileElems = kChunk * kTileStride;  // one 64 x 64 tile (also DK or DV rows of h, dh)
+
+// 16-column steps that cover `cols` columns of a block (at most the block's 4).
+__device__ inline int steps16(int cols) { return cols >= kGradientBlock ? kGradientBlock / 16 : (cols + 15) / 16; }
+
+// Snapshot tile h[c][r0.., c0..] (64 x 64, rows past DK and columns past DV
+// zero) into shared memory as E: asynchronous when h is stored in E and rows
+// are 16-byte aligned, else converted on the way (bf16 snapshots of fp16
+// inputs, fp32 snapshots), element by element at the edges.
+template <class E, class SnapT>
+__device__ inline void load_snapshot_tile(E* dst, const SnapT* h, int DK, int DV, int r0, int c0, int cw) {
+  constexpr int kThreads = kTiledGradientThreads;
+  if constexpr (std::is_same<SnapT, E>::value) {
+    copy_tile_bounded<kThreads>(dst, kTileStride, h + std::size_t(r0) * DV + c0, DV, kGradientBlock, kGradientBlock,
+                                DK - r0, DV - c0, cw);
+  } else {
+    for (int i = threadIdx.x; i < kGradientBlock * kGradientBlock / 2; i += kThreads) {
+      const int r = i / (kGradientBlock / 2), col = 2 * (i % (kGradientBlock / 2));
+      const int row = r0 + r, c = c0 + col;
+      float x0 = 0.0f, x1 = 0.0f;
+      if (row < DK) {
+        const SnapT* p = h + std::size_t(row) * DV + c;
+        if (c < DV) x0 = float(p[0]);
+        if (c + 1 < DV) x1 = float(p[1]);
+      }
+      *reinterpret_cast<std::uint32_t*>(dst + r * kTileStride + col) = Elem<E>::pack(x0, x1);
+    }
+  }
+}
+
+// Scores of warp row tile rt (16 x 64, keys past the diagonal zero) scaled
+// and rounded to 16 bits into a tile stored [query][key].
+template <class E>
+__device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float scale, int lane) {
+  const int rt = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  #pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    #pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = 16 * rt + g + 8 * half, col = 8 * nt + 2 * t4;
+      const float x0 = col <= row ? scale * sc[nt][2 * half] : 0.0f;
+      const float x1 = col + 1 <= row ? scale * sc[nt][2 * half + 1] : 0.0f;
+      *reinterpret_cast<std::uint32_t*>(p + row * kTileStride + col) = Elem<E>::pack(x0, x1);
+    }
+}
+
+// Shared memory of query_key_gradient_kernel: Q and K of the DK block, then
+// per stage dO, V of a DV block and h, dh of (DK block, DV block); P.
+constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTileElems * 2;
+// Of value_gradient_kernel: dO of the DV block, A; per stage Q, K of a DK
+// block and dh of (DK block, DV block).
+constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElems * 2;
+
+// blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
+// chunk run side by side and share its dO and V in L2.
+template <class E, class SnapT, bool kBounded>
+__global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kernel(TensorCoreBackwardArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
+  const int H = a.H, DK = a.DK, DV = a.DV, nkb = (DK + kGradientBlock - 1) / kGradientBlock;
+  const int k0 = (blockIdx.x % nkb) * kGradientBlock, rest = blockIdx.x / nkb, head = rest % H;
+  const BackwardChunk ch = a.chunks[rest / H];
+  const int lane = threadIdx.x & 31, rt = threadIdx.x >> 5;
+  const int cw = kBounded ? row_copy_bytes(DK, DV) : 16;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  E* q_s = reinterpret_cast<E*>(shared_raw);
+  E* k_s = q_s + kTileElems;
+  E* stage = k_s + kTileElems;  // [2][dO, V, h, dh]
+  E* p_s = stage + 8 * kTileElems;
+  const std::size_t tok = std::size_t(ch.token0) * H + head;
+  const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
+  const E* d_o = static_cast<const E*>(a.d_o) + tok * DV;
+  const E* v = static_cast<const E*>(a.v) + tok * DV;
+  const SnapT* h = static_cast<const SnapT*>(a.h) + (std::size_t(ch.h_chunk) * H + head) * DK * DV;
+  const E* dh = static_cast<const E*>(a.dh) + (std::size_t(ch.h_chunk) * H + head) * a.dh_rows * a.dh_cols;
+
+  copy_tile_bounded<kThreads>(q_s, kTileStride, static_cast<const E*>(a.q) + tok * DK + k0, qk_row, kChunk,
+                              kGradientBlock, ch.length, DK - k0, cw);
+  copy_tile_bounded<kThreads>(k_s, kTileStride, static_cast<const E*>(a.k) + tok * DK + k0, qk_row, kChunk,
+                              kGradientBlock, ch.length, DK - k0, cw);
+  auto load = [&](int vb) {
+    E* s = stage + (vb & 1) * 4 * kTileElems;
+    const int c0 = vb * kGradientBlock;
+    copy_tile_bounded<kThreads>(s, kTileStride, d_o + c0, v_row, kChunk, kGradientBlock, ch.length, DV - c0, cw);
+    copy_tile_bounded<kThreads>(s + kTileElems, kTileStride, v + c0, v_row, kChunk, kGradientBlock, ch.length, DV - c0, cw);
+    load_snapshot_tile(s + 2 * kTileElems, h, DK, DV, k0, c0, cw);
+    if constexpr (kBounded)
+      copy_tile_bounded<kThreads>(s + 3 * kTileElems, kTileStride, dh + std::size_t(k0) * a.dh_cols + c0, a.dh_cols,
+                                  kGradientBlock, kGradientBlock, a.dh_rows - k0, a.dh_cols - c0, 16);
+    else
+      copy_tile_async<kThreads>(s + 3 * kTileElems, kTileStride, dh + std::size_t(k0) * a.dh_cols + c0, a.dh_cols,
+                                kGradientBlock, kGradientBlock, kGradientBlock);
+    cp_async_commit();
+  };
+  // Products stop at the head's last 16 columns: padded blocks cost what their columns need
+  // (unbounded heads keep compile-time loop bounds: measured 3.87 against 4.22 ms at 4,8192,16,256).
+  const int dk_pairs = kBounded ? steps16(DK - k0) : kN / 2;
+  float p[kN][4], gq[kN][4], gk[kN][4];  // P, dO h^T, V dh^T of the warp's 16 rows
+  zero(p);
+  zero(gq);
+  zero(gk);
+  const int nvb = (DV + kGradientBlock - 1) / kGradientBlock;
+  load(0);
+  for (int vb = 0; vb < nvb; ++vb) {
+    cp_async_wait_all();
+    __syncthreads();  // block vb is in shared memory; every thread is done with the other buffer
+    if (vb + 1 < nvb) load(vb + 1);
+    const E* s = stage + (vb & 1) * 4 * kTileElems;
+    const E *o_t = s, *v_t = s + kTileElems, *h_t = s + 2 * kTileElems, *d_t = s + 3 * kTileElems;
+    const int k_end = kBounded ? 16 * steps16(DV - vb * kGradientBlock) : kGradientBlock;
+    mma_rows<E, kN>(p, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, v_t, kTileStride, n, kk, lane); }, rt + 1);
+    mma_rows<E, kN>(gq, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, h_t, kTileStride, n, kk, lane); }, dk_pairs);
+    mma_rows<E, kN>(gk, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
+  }
+  store_causal_scores(p_s, p, a.scale, lane);
+  __syncthreads();  // P is in shared memory
+  #pragma unroll
+  for (int nt = 0; nt < kN; ++nt)
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) gq[nt][e] *= a.scale;
+  // dQ += P K over the keys up to the diagonal; dK += P^T Q over the queries from it on.
+  mma_rows<E, kN>(gq, 0, 16 * (rt + 1), [&](std::uint32_t* f, int kk) { a_rows(f, p_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, k_s, kTileStride, n, kk, lane); }, dk_pairs);
+  mma_rows<E, kN>(gk, 16 * rt, kChunk, [&](std::uint32_t* f, int kk) { a_cols(f, p_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, q_s, kTileStride, n, kk, lane); }, dk_pairs);
+  const bool pairs = DK % 2 == 0;
+  store_rows_bounded<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, gq, 16 * rt, k0, ch.length, DK, pairs, lane);
+  store_rows_bounded<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, gk, 16 * rt, k0, ch.length, DK, pairs, lane);
+#endif
+}
+
+// blockIdx.x = DV block + (DV blocks) * (head + H * chunk).
+template <class E, bool kBounded>
+__global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(TensorCoreBackwardArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
+  const int H = a.H, DK = a.DK, DV = a.DV, nvb = (DV + kGradientBlock - 1) / kGradientBlock;
+  const int c0 = (blockIdx.x % nvb) * kGradientBlock, rest = blockIdx.x / nvb, head = rest % H;
+  const BackwardChunk ch = a.chunks[rest / H];
+  const int lane = threadIdx.x & 31, rt = threadIdx.x >> 5;
+  const int cw = kBounded ? row_copy_bytes(DK, DV) : 16;
+  extern __shared__ __align__(16) unsigned char shared_raw[];
+  E* o_s = reinterpret_cast<E*>(shared_raw);
+  E* a_s = o_s + kTileElems;
+  E* stage = a_s + kTileElems;  // [2][Q, K, dh]
+  const std::size_t tok = std::size_t(ch.token0) * H + head;
+  const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
+  const E* q = static_cast<const E*>(a.q) + tok * DK;
+  const E* k = static_cast<const E*>(a.k) + tok * DK;
+  const E* dh = static_cast<const E*>(a.dh) + (std::size_t(ch.h_chunk) * H + head) * a.dh_rows * a.dh_cols + c0;
+
+  copy_tile_bounded<kThreads>(o_s, kTileStride, static_cast<const E*>(a.d_o) + tok * DV + c0, v_row, kChunk,
+                              kGradientBlock, ch.length, DV - c0, cw);
+  auto load = [&](int kb) {
+    E* s = stage + (kb & 1) * 3 * kTileElems;
+    const int r0 = kb * kGradientBlock;
+    copy_tile_bounded<kThreads>(s, kTileStride, q + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
+    copy_tile_bounded<kThreads>(s + kTileElems, kTileStride, k + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
+    if constexpr (kBounded)
+      copy_tile_bounded<kThreads>(s + 2 * kTileElems, kTileStride, dh + std::size_t(r0) * a.dh_cols, a.dh_cols,
+                                  kGradientBlock, kGradientBlock, a.dh_rows - r0, a.dh_cols - c0, 16);
+    else
+      copy_tile_async<kThreads>(s + 2 * kTileElems, kTileStride, dh + std::size_t(r0) * a.dh_cols, a.dh_cols,
+                                kGradientBlock, kGradientBlock, kGradientBlock);
+    cp_async_commit();
+  };
+  const int dv_pairs = kBounded ? steps16(DV - c0) : kN / 2;
+  float sa[kN][4], gv[kN][4];  // Q K^T and K dh of the warp's 16 rows
+  zero(sa);
+  zero(gv);
+  const int nkb = (DK + kGradientBlock - 1) / kGradientBlock;
+  load(0);
+  for (int kb = 0; kb < nkb; ++kb) {
+    cp_async_wait_all();
+    __syncthreads();
+    if (kb + 1 < nkb) load(kb + 1);
+    const E* s = stage + (kb & 1) * 3 * kTileElems;
+    const E *q_t = s, *k_t = s + kTileElems, *d_t = s + 2 * kTileElems;
+    const int k_end = kBounded ? 16 * steps16(DK - kb * kGradientBlock) : kGradientBlock;
+    mma_rows<E, kN>(sa, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, q_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
+    mma_rows<E, kN>(gv, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](std::uint32_t* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
+  }
+  store_causal_scores(a_s, sa, a.scale, lane);
+  __syncthreads();  // A is in shared memory
+  // dV += A^T dO over the queries from the diagonal on.
+  mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](std::uint32_t* f, int kk) { a_cols(f, a_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, o_s, kTileStride, n, kk, lane); }, dv_pairs);
+  store_rows_bounded<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, gv, 16 * rt, c0, ch.length, DV, DV % 2 == 0, lane);
+#endif
+}
+
+}  // namespace linattn::cuda::detail
