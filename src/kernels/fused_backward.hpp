@@ -14,6 +14,7 @@
 
 #include "core/chunk_length.hpp"
 #include "core/problem.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
@@ -34,10 +35,10 @@ struct BackwardViews {
 };
 
 template <class Views, class Acc>
-struct FusedBackward {
+struct FusedBackward : KernelShape {
   Views views;
   SequenceMap seqs;
-  int H, DK, DV, C, level;
+  int level;
   Acc scale;
   TileGemm gemm;
 
@@ -103,8 +104,7 @@ void run_fused_backward(const Problem& p, const Views& views, const SequenceMap&
     throw std::invalid_argument("backward: the tiles of DK " + std::to_string(p.DK) + ", DV " + std::to_string(p.DV) +
                                 ", chunk " + std::to_string(p.chunk) + " exceed the team scratch (" +
                                 std::to_string(bytes) + " bytes)");
-  Kernel kernel{views, seqs, static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
-                static_cast<int>(p.chunk), level, static_cast<Acc>(p.scale), gemm};
+  const Kernel kernel{kernel_shape(p), views, seqs, level, static_cast<Acc>(p.scale), gemm};
   const int league = static_cast<int>(p.num_sequences() * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::fused_backward", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);

@@ -7,7 +7,9 @@
 #pragma once
 
 #include "core/problem.hpp"
+#include "kernels/chunk_steps.hpp"
 #include "kernels/forward_views.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
@@ -16,11 +18,10 @@
 namespace linattn {
 
 template <class Views>
-struct FusedForward {
+struct FusedForward : KernelShape, BlockPlan {
   using Acc = typename Views::acc_type;
   Views views;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   TileGemm gemm;
 
@@ -45,13 +46,9 @@ struct FusedForward {
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       if (store_snapshots) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);  // h[c] = state before chunk c
       m.team_barrier();
-      team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);  // O = scale Q S_prev
-      team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);  // A = scale Q K^T, lower part
-      mask_upper_triangle(m, A);
-      m.team_barrier();
-      team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);  // O += tril(A) V
+      chunk_output(m, gemm, scale, Q, K, V, S, A, O);  // from S_prev
       store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
-      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);  // S += K^T V, after the output: the right shift
+      state_update(m, gemm, K, V, S);  // after the output: the right shift
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
@@ -63,11 +60,9 @@ ScratchPlan run_fused(const Problem& p, const Views& views, const SequenceMap& s
   ScopedRegion region("linattn::fused");
   using Kernel = FusedForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
-  const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  Kernel kernel{views, seqs, static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
-                static_cast<int>(p.chunk), static_cast<int>(plan.block_dv), num_blocks, plan.level,
-                static_cast<typename Kernel::Acc>(p.scale), gemm};
-  const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
+  const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
+                      gemm};
+  const int league = static_cast<int>(kernel.num_blocks * p.num_sequences() * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::fused_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
   return plan;

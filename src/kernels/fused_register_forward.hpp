@@ -9,6 +9,7 @@
 // (the state update after the output, as in the chunk recurrence of README.md "The math").
 #pragma once
 
+#include "kernels/kernel_shape.hpp"
 #include "kernels/forward.hpp"
 #include "kernels/forward_views.hpp"
 #include "kernels/register_tiles.hpp"
@@ -27,7 +28,7 @@ namespace linattn {
 using RegisterPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, 2>>;
 
 template <class Views>
-struct FusedRegisterForward {
+struct FusedRegisterForward : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Snap = typename Views::snapshot_type;
   using Acc = typename Views::acc_type;
@@ -38,7 +39,6 @@ struct FusedRegisterForward {
 
   Views views;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   register_tiles::Layout lay;
   bool quad_qk, quad_v, quad_h;  // rows of q, k (of v, o; of h) start on quad boundaries: move them as quads
@@ -121,9 +121,9 @@ ScratchPlan run_fused_registers(const Problem& p, const Views& views, const Sequ
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);
   const bool quad_v = p.DV % 4 == 0 && w % 4 == 0 && register_tiles::quad_aligned(views.v) &&
                       register_tiles::quad_aligned(views.o);
-  Kernel kernel{views, seqs, static_cast<int>(p.H), DK, static_cast<int>(p.DV), C, w, num_blocks,
-                plan.scratch.level, static_cast<Acc>(p.scale), register_tiles::make_layout<In, Acc>(C, DK, w),
-                quad_qk, quad_v, quad_v && register_tiles::quad_aligned(views.h)};
+  const Kernel kernel{kernel_shape(p), {w, num_blocks, plan.scratch.level}, views, seqs, static_cast<Acc>(p.scale),
+                      register_tiles::make_layout<In, Acc>(C, DK, w), quad_qk, quad_v,
+                      quad_v && register_tiles::quad_aligned(views.h)};
   const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
   Kokkos::parallel_for("linattn::fused_registers",
                        RegisterPolicy(league, plan.team_size)

@@ -9,7 +9,9 @@
 #pragma once
 
 #include "core/problem.hpp"
+#include "kernels/chunk_steps.hpp"
 #include "kernels/forward_views.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
@@ -19,12 +21,11 @@ namespace linattn {
 
 // Kernel 1: h[c] = S before chunk c; S += K_c^T V_c; final_state = S.
 template <class Views, class Snapshots>
-struct MaterializedStatePass {
+struct MaterializedStatePass : KernelShape, BlockPlan {
   using Acc = typename Views::acc_type;
   Views views;
   Snapshots snapshots;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
@@ -44,7 +45,7 @@ struct MaterializedStatePass {
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       m.team_barrier();
-      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
+      state_update(m, gemm, K, V, S);
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
@@ -52,12 +53,11 @@ struct MaterializedStatePass {
 
 // Kernel 2: O_c = scale (Q_c h[c] + tril(Q_c K_c^T) V_c), all chunks at once.
 template <class Views, class Snapshots>
-struct MaterializedOutputPass {
+struct MaterializedOutputPass : KernelShape, BlockPlan {
   using Acc = typename Views::acc_type;
   Views views;
   Snapshots snapshots;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   TileGemm gemm;
 
@@ -82,11 +82,7 @@ struct MaterializedOutputPass {
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
     m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);
-    mask_upper_triangle(m, A);
-    m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);
+    chunk_output(m, gemm, scale, Q, K, V, S, A, O);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
   }
 };
@@ -99,22 +95,21 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
   using Acc = typename Views::acc_type;
   // One block width for both kernels, sized by the larger (output) pass.
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w); });
-  const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  const int H = static_cast<int>(p.H), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
-            C = static_cast<int>(p.chunk), bdv = static_cast<int>(plan.block_dv);
+  const KernelShape shape = kernel_shape(p);
+  const BlockPlan blocks = block_plan(plan, p.DV);
+  const int num_blocks = blocks.num_blocks;
   {
     ScopedRegion region("linattn::materialized::states");
     const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv);
     const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-    StatePass kernel{views, snapshots, seqs, H, DK, DV, C, bdv, num_blocks, level, gemm};
+    const StatePass kernel{shape, {blocks.block_dv, num_blocks, level}, views, snapshots, seqs, gemm};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_states", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);
   }
   {
     ScopedRegion region("linattn::materialized::outputs");
-    OutputPass kernel{views, snapshots, seqs, H, DK, DV, C, bdv, num_blocks, plan.level, static_cast<Acc>(p.scale),
-                      gemm};
+    const OutputPass kernel{shape, blocks, views, snapshots, seqs, static_cast<Acc>(p.scale), gemm};
     const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
     auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
     Kokkos::parallel_for("linattn::materialized_outputs", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);

@@ -7,6 +7,7 @@
 //     (Q h[c] + tril(Q K^T) V) with h[c] read back in the snapshot type.
 #pragma once
 
+#include "kernels/kernel_shape.hpp"
 #include "kernels/fused_register_forward.hpp"
 
 namespace linattn {
@@ -41,7 +42,7 @@ inline int state_pass_team(int DK, int W, int rows) {
 }
 
 template <class Views, class Snapshots, int RX>
-struct MaterializedRegisterStatePass {
+struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
   using Snap = typename Snapshots::non_const_value_type;
@@ -52,7 +53,6 @@ struct MaterializedRegisterStatePass {
   Views views;
   Snapshots snapshots;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   register_tiles::Layout lay;  // make_state_pass_layout
   bool quad_qk, quad_v, quad_h;
 
@@ -97,7 +97,7 @@ struct MaterializedRegisterStatePass {
 };
 
 template <class Views, class Snapshots>
-struct MaterializedRegisterOutputPass {
+struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
   using Tiles = register_tiles::ChunkTiles<In, Acc>;
@@ -106,7 +106,6 @@ struct MaterializedRegisterOutputPass {
   Views views;
   Snapshots snapshots;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   register_tiles::Layout lay;
   bool quad_qk, quad_v;
@@ -144,8 +143,8 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
   const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size);
-  const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
-            H = static_cast<int>(p.H), w = static_cast<int>(plan.scratch.block_dv);
+  const KernelShape shape = kernel_shape(p);
+  const int C = shape.C, DK = shape.DK, w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));
   const register_tiles::Layout lay = register_tiles::make_layout<In, Acc>(C, DK, w);
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);
@@ -161,8 +160,8 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     auto run = [&](auto rows) {
       constexpr int RX = decltype(rows)::value;
-      MaterializedRegisterStatePass<Views, Snapshots, RX> kernel{
-          views, snapshots, seqs, H, DK, DV, C, w, num_blocks, state_level, state_lay, quad_qk, quad_v, quad_h};
+      const MaterializedRegisterStatePass<Views, Snapshots, RX> kernel{
+          shape, {w, num_blocks, state_level}, views, snapshots, seqs, state_lay, quad_qk, quad_v, quad_h};
       Kokkos::parallel_for("linattn::materialized_registers_states",
                            StatePassPolicy(league, state_pass_team(DK, w, RX))
                                .set_scratch_size(state_level, Kokkos::PerTeam(bytes)),
@@ -173,9 +172,8 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");
-    MaterializedRegisterOutputPass<Views, Snapshots> kernel{views, snapshots, seqs, H, DK, DV, C, w, num_blocks,
-                                                            plan.scratch.level, static_cast<Acc>(p.scale), lay,
-                                                            quad_qk, quad_v};
+    const MaterializedRegisterOutputPass<Views, Snapshots> kernel{
+        shape, {w, num_blocks, plan.scratch.level}, views, snapshots, seqs, static_cast<Acc>(p.scale), lay, quad_qk, quad_v};
     const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
     Kokkos::parallel_for("linattn::materialized_registers_outputs",
                          RegisterPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);

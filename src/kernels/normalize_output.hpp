@@ -16,6 +16,7 @@
 #include "core/half_types.hpp"
 #include "core/problem.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/sequence_map.hpp"
 
 namespace linattn {
@@ -76,14 +77,14 @@ struct ChunkPrefixScan {
 // thread per token sums its row, and the team divides the chunk's o rows.
 // Three barriers per chunk, nothing sequential per token across the team.
 template <class In, class Acc, class Out>
-struct NormalizeOutput {
+struct NormalizeOutput : KernelShape {
   using Vector = Kokkos::View<Acc*, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   DeviceView4<const In> q, k;       // [B, T, H, DK]
   DeviceView4<const Acc> o_raw;     // [B, T, H, DV], unnormalized (may alias o when Out = Acc)
   DeviceView4<Out> o;               // [B, T, H, DV]
   DeviceView3<const Acc> prefixes;  // [total_chunks, H, DK]: z before each chunk
   SequenceMap seqs;
-  int H, DK, DV, C, level;
+  int level;
   Acc scale;
 
   static std::size_t scratch_bytes(std::int64_t C, std::int64_t DK) {
@@ -125,8 +126,8 @@ void run_normalize(const Problem& p, const SequenceMap& seqs, const DeviceView4<
                    const DeviceView4<const In>& k, const DeviceView4<const Acc>& o_raw, const DeviceView4<Out>& o,
                    const DeviceView3<const Acc>& initial_z, const DeviceView3<Acc>& z_state) {
   ScopedRegion region("linattn::normalize");
-  const int H = static_cast<int>(p.H), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV),
-            C = static_cast<int>(p.chunk), G = seqs.total_chunks;
+  const int H = static_cast<int>(p.H), DK = static_cast<int>(p.DK), C = static_cast<int>(p.chunk),
+            G = seqs.total_chunks;
   DeviceView3<Acc> prefixes(Kokkos::view_alloc(std::string("linattn::z_prefixes"), Kokkos::WithoutInitializing), G, H,
                             DK);
   Kokkos::parallel_for("linattn::normalize_chunk_sums", TeamPolicy(G * H, Kokkos::AUTO),
@@ -138,7 +139,7 @@ void run_normalize(const Problem& p, const SequenceMap& seqs, const DeviceView4<
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   Kokkos::parallel_for("linattn::normalize_output",
                        TeamPolicy(G * H, Kokkos::AUTO).set_scratch_size(level, Kokkos::PerTeam(bytes)),
-                       Divide{q, k, o_raw, o, prefixes, seqs, H, DK, DV, C, level, static_cast<Acc>(p.scale)});
+                       Divide{kernel_shape(p), q, k, o_raw, o, prefixes, seqs, level, static_cast<Acc>(p.scale)});
 }
 
 }  // namespace linattn

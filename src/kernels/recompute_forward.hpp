@@ -7,7 +7,9 @@
 #pragma once
 
 #include "core/problem.hpp"
+#include "kernels/chunk_steps.hpp"
 #include "kernels/forward_views.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
@@ -16,11 +18,10 @@
 namespace linattn {
 
 template <class Views>
-struct RecomputeForward {
+struct RecomputeForward : KernelShape, BlockPlan {
   using Acc = typename Views::acc_type;
   Views views;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
   TileGemm gemm;
 
@@ -47,7 +48,7 @@ struct RecomputeForward {
       load_token_tile(m, K, views.k, b, seq.t0 + cp * C, C, h, 0, DK);
       load_token_tile(m, V, views.v, b, seq.t0 + cp * C, C, h, d0, W);
       m.team_barrier();
-      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
+      state_update(m, gemm, K, V, S);
     }
     m.team_barrier();
     const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
@@ -57,14 +58,10 @@ struct RecomputeForward {
     if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);
     m.team_barrier();
     // (2) + (3): O = scale (Q S + tril(Q K^T) V).
-    team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);
-    team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);
-    mask_upper_triangle(m, A);
-    m.team_barrier();
-    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);
+    chunk_output(m, gemm, scale, Q, K, V, S, A, O);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
     if (c == seq.num_chunks - 1) {  // the last chunk's team owns the final state
-      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
+      state_update(m, gemm, K, V, S);
       store_state(m, views.final_state, S, n, h, d0);
     }
   }
@@ -76,11 +73,9 @@ ScratchPlan run_recompute(const Problem& p, const Views& views, const SequenceMa
   ScopedRegion region("linattn::recompute");
   using Kernel = RecomputeForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
-  const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  Kernel kernel{views, seqs, static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
-                static_cast<int>(p.chunk), static_cast<int>(plan.block_dv), num_blocks, plan.level,
-                static_cast<typename Kernel::Acc>(p.scale), gemm};
-  const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
+  const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
+                      gemm};
+  const int league = static_cast<int>(seqs.total_chunks * kernel.num_blocks * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::recompute_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)), kernel);
   return plan;

@@ -14,19 +14,19 @@
 #include "core/half_types.hpp"
 #include "core/problem.hpp"
 #include "kernels/forward_views.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 
 namespace linattn {
 
 template <class Views>
-struct RecurrentForward {
+struct RecurrentForward : KernelShape, BlockPlan {
   using Acc = typename Views::acc_type;
   using Snap = typename Views::snapshot_type;
   using Out = typename Views::output_type;
   Views views;
   SequenceMap seqs;
-  int H, DK, DV, C, block_dv, num_blocks, level;
   Acc scale;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
@@ -78,11 +78,8 @@ ScratchPlan run_recurrent(const Problem& p, const Views& views, const SequenceMa
   ScopedRegion region("linattn::recurrent");
   using Kernel = RecurrentForward<Views>;
   const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
-  const int num_blocks = static_cast<int>(ceil_div(p.DV, plan.block_dv));
-  Kernel kernel{views, seqs, static_cast<int>(p.H), static_cast<int>(p.DK), static_cast<int>(p.DV),
-                static_cast<int>(p.chunk), static_cast<int>(plan.block_dv), num_blocks, plan.level,
-                static_cast<typename Kernel::Acc>(p.scale)};
-  const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
+  const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale)};
+  const int league = static_cast<int>(kernel.num_blocks * p.num_sequences() * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::recurrent_forward", policy.set_scratch_size(plan.level, Kokkos::PerTeam(plan.bytes)),
                        kernel);

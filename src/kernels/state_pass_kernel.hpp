@@ -1,12 +1,14 @@
 // The state pass of the fused variant's TeamPolicy kernel (fused_forward.hpp):
-// the same league, the same DV blocks and the same `S += K^T V` tile product
-// per chunk, without Q, A, O or h. Its final state is therefore the fused
+// the same league, the same DV blocks and the same state_update step
+// (chunk_steps.hpp) per chunk, without Q, A, O or h. Its final state is therefore the fused
 // forward's, bit for bit, at about a third of its products (docs/PARALLEL.md
 // "Context parallel").
 #pragma once
 
 #include "core/problem.hpp"
+#include "kernels/chunk_steps.hpp"
 #include "kernels/fused_forward.hpp"
+#include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
 #include "kernels/team_gemm.hpp"
@@ -22,10 +24,9 @@ struct StatePassViews {
 };
 
 template <class In, class Acc>
-struct FusedStatePass {
+struct FusedStatePass : KernelShape, BlockPlan {
   StatePassViews<In, Acc> views;
   SequenceMap seqs;
-  int DK, C, block_dv, num_blocks, level, H, DV;
   TileGemm gemm;
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
@@ -44,7 +45,7 @@ struct FusedStatePass {
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       m.team_barrier();
-      team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);  // as the fused forward's state update
+      state_update(m, gemm, K, V, S);  // the fused forward's state update
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
@@ -61,11 +62,9 @@ void run_fused_state_pass(const Problem& p, const StatePassViews<In, Acc>& views
   using Kernel = FusedStatePass<In, Acc>;
   const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv);
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
-  const int num_blocks = static_cast<int>(ceil_div(p.DV, forward_plan.block_dv));
-  Kernel kernel{views, make_sequence_map(p), static_cast<int>(p.DK), static_cast<int>(p.chunk),
-                static_cast<int>(forward_plan.block_dv), num_blocks, level, static_cast<int>(p.H),
-                static_cast<int>(p.DV), gemm};
-  const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
+  const BlockPlan blocks = block_plan(forward_plan, p.DV);
+  const Kernel kernel{kernel_shape(p), {blocks.block_dv, blocks.num_blocks, level}, views, make_sequence_map(p), gemm};
+  const int league = static_cast<int>(kernel.num_blocks * p.num_sequences() * p.H);
   auto policy = team_size > 0 ? TeamPolicy(league, team_size) : TeamPolicy(league, Kokkos::AUTO);
   Kokkos::parallel_for("linattn::fused_state_pass", policy.set_scratch_size(level, Kokkos::PerTeam(bytes)), kernel);
 }

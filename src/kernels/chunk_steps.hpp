@@ -1,0 +1,35 @@
+// The steps of one chunk that the TeamPolicy forwards share (fused,
+// materialized, recompute) and the state pass: written once, so that every
+// variant sums each output and state element by the same products in the
+// same order, and the state pass equals the forward's state by construction.
+// Callers load the tiles and place the barrier before each step; each step
+// ends with its result ready for the whole team (team_gemm's barrier).
+#pragma once
+
+#include "kernels/execution.hpp"
+#include "kernels/team_gemm.hpp"
+#include "kernels/tile_ops.hpp"
+
+namespace linattn {
+
+// O = scale (Q S + tril(Q K^T) V): the chunk's output from the state S before
+// it; A is the scores' scratch tile (C x C).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void chunk_output(const Member& m, TileGemm gemm, Acc scale, const Tile<Acc>& Q,
+                                         const Tile<Acc>& K, const Tile<Acc>& V, const Tile<Acc>& S,
+                                         const Tile<Acc>& A, const Tile<Acc>& O) {
+  team_gemm<NoTrans, NoTrans>(m, gemm, scale, Q, S, Acc(0), O);                   // O = scale Q S
+  team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);  // A = scale Q K^T, lower part
+  mask_upper_triangle(m, A);
+  m.team_barrier();
+  team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, V, Acc(1), O, Triangle::lower_a);  // O += tril(A) V
+}
+
+// S += K^T V: the state after the chunk.
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void state_update(const Member& m, TileGemm gemm, const Tile<Acc>& K, const Tile<Acc>& V,
+                                         const Tile<Acc>& S) {
+  team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, Acc(1), S);
+}
+
+}  // namespace linattn
