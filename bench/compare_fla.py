@@ -3,7 +3,7 @@
 
 Times fla's forward that produces what linattn produces (chunk_fwd_h + chunk_fwd_o,
 chunk 64, bf16 inputs (or fp16 with --dtype fp16), h stored in the input dtype by fla and in
-bf16 by linattn (16 bits both), final state in fp32; and chunk_linear_attn
+bf16 by linattn (16 bits both; with --dtype fp32 fp32 inputs and h in fp32 for both), final state in fp32; and chunk_linear_attn
 with normalize=False) with triton.testing.do_bench (median), runs `linattn bench`
 on the same shapes, and prints one table: shape, fla ms, each linattn variant ms,
 ratio to fla, percent of the copy-bandwidth floor, and the relative L2 of o against
@@ -79,7 +79,7 @@ def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
 
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(1234)
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     signed = not normalize  # normalized: q, k in (0, 1)
     q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2 if signed else 1).sub_(1 if signed else 0)
             .to(torch_dtype) for _ in range(2))
@@ -120,7 +120,7 @@ def time_fla_backward(shape, reps_ms, dtype):
 
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(4321)
-    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[dtype]
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
     v, do = (torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
     scale = DK ** -0.5
@@ -187,7 +187,8 @@ def main():
     ap.add_argument("--shape", action="append", help="B,T,H,D[,DV] (default: the five benchmark shapes)")
     ap.add_argument("--variants", default="fused,materialized,recompute")
     ap.add_argument("--gemm", default="auto", help="linattn --gemm")
-    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"], help="input dtype of both")
+    ap.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "fp32"],
+                    help="input dtype of both (fp32: h in fp32 for both, as fla keeps it in the input dtype)")
     ap.add_argument("--reps", type=int, default=20, help="linattn timed repetitions (median)")
     ap.add_argument("--fla-rep-ms", type=int, default=200, help="do_bench rep time in ms")
     ap.add_argument("--accuracy-tokens", type=int, default=1024)
@@ -219,7 +220,7 @@ def main():
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
         cmd = [args.linattn, "bench", "--shape", s, "--dtype", args.dtype, "--variants", args.variants,
-               "--gemm", args.gemm, "--snapshots", "bf16", "--reps", str(args.reps),
+               "--gemm", args.gemm, "--snapshots", "fp32" if args.dtype == "fp32" else "bf16", "--reps", str(args.reps),
                "--accuracy-tokens", str(args.accuracy_tokens), "--json", out]
         if cu:
             cmd += ["--seqlens", ",".join(str(b - a) for a, b in zip(cu[:-1], cu[1:]))]
@@ -240,7 +241,7 @@ def main():
           f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
     print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; "
-          "floor = minimum bytes (q,k,v read once; o, h bf16 written once) / copy bandwidth")
+          "floor = minimum bytes (q,k,v read once; o, h written once) / copy bandwidth")
     # The fla time the ratios are taken against: h + o, or chunk_linear_attn when normalized.
     key, l2 = ("fla_linear_attn_ms", "fla_linear_attn_o_rel_l2") if args.normalize else ("fla_ms", "fla_o_rel_l2")
     head = ["shape B,T,H,DK,DV", "floor ms", "fla h+o ms", "fla %floor", "fla linear_attn ms", "fla o L2"]

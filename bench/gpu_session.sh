@@ -35,6 +35,11 @@ for step in $steps; do
         --shape 8,8192,16,32 --shape 8,8192,8,128,64 --shape 8,16384,16,128 --shape 1,32768,32,128 \
         --shape 8,16384,16,64 --shape 32,2048,16,128 --shape 8,4096,16,128 \
         --json "$LOGS/compare-fla-head-sizes-backward.json" 2>&1 | tee "$LOGS/compare-fla-head-sizes-backward.txt" ;;
+    compare-fp32)  # fp32 inputs on tensor cores (issue 25's fp32 shape and the head sizes up to DK 128) beside fla's fp32 forward (TF32 dots), h in fp32 for both
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp32 \
+        --shape 8,4096,16,128 --shape 8,8192,16,64 --shape 8,8192,16,96 --shape 8,8192,16,60 --shape 8,8192,16,32 \
+        --shape 8,8192,8,128,64 --shape 8,4096,16,64,256 \
+        --json "$LOGS/compare-fla-fp32.json" 2>&1 | tee "$LOGS/compare-fla-fp32.txt" ;;
     compare-fp16)  # the same, fp16 inputs (fla keeps h in fp16, linattn in bf16: 16 bits both)
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp16 \
         --json "$LOGS/compare-fla-fp16.json" 2>&1 | tee "$LOGS/compare-fla-fp16.txt" ;;

@@ -101,16 +101,28 @@ TEST(PathChoice, PackedBf16OnCudaTakesTensorCores) {
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-TEST(PathChoice, PackedFp32OnCudaTakesRegisters) {
+// fp32 inputs run on tensor cores (fp32 tiles, three TF32 products) up to DK 128.
+TEST(PathChoice, PackedFp32OnCudaTakesTensorCores) {
   PathFacts f = on_cuda();
   f.packed = true;
   f.input = DType::f32;
-  EXPECT_EQ(path_of(f), GemmPath::registers);
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-TEST(PathChoice, Fp32OnCudaTakesRegisters) {
+TEST(PathChoice, Fp32OnCudaTakesTensorCores) {
   PathFacts f = on_cuda();
   f.input = DType::f32;
+  for (std::int64_t dk : {1, 60, 64, 100, 128}) {
+    f.DK = dk;
+    EXPECT_EQ(path_of(f), GemmPath::tensor_core) << "DK " << dk;
+  }
+}
+
+// Above DK 128 fp32 tiles do not fit in shared memory: the portable kernels run.
+TEST(PathChoice, Fp32AboveDk128OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.input = DType::f32;
+  f.DK = 129;
   EXPECT_EQ(path_of(f), GemmPath::registers);
 }
 
@@ -294,10 +306,31 @@ TEST(PathChoice, PackedWithTensorCoreRuns) {
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-TEST(PathChoice, Fp32WithTensorCoreIsRefused) {
+TEST(PathChoice, Fp64WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.input = DType::f64;
+  EXPECT_TRUE(contains(refusal_of(f), "fp16, bf16 or fp32 inputs, not fp64")) << refusal_of(f);
+}
+
+TEST(PathChoice, Fp32AboveDk128WithTensorCoreIsRefused) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.input = DType::f32;
-  EXPECT_TRUE(contains(refusal_of(f), "fp16 or bf16 inputs, not fp32"));
+  f.DK = 256;
+  EXPECT_TRUE(contains(refusal_of(f), "fp32 inputs up to DK 128")) << refusal_of(f);
+}
+
+// fp32 tiles of a 128-row DK tile leave room for blocks of 32 columns, of a 64-row one for 128.
+TEST(PathChoice, Fp32BlockDvWiderThanItsTilesAllowIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.input = DType::f32;
+  f.DK = 128;
+  f.block_dv = 64;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 64 is wider than DK 128 with fp32 inputs allows (32)")) << refusal_of(f);
+  f.block_dv = 32;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.DK = 64;
+  f.block_dv = 128;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 TEST(PathChoice, Chunk32WithTensorCoreIsRefusedWithTheShapeRule) {

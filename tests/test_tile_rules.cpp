@@ -32,6 +32,21 @@ TEST(TileRules, WidestBlockTheDkTileAllows) {
   EXPECT_EQ(max_block_dv(256, false), 32);
 }
 
+// fp32 inputs keep fp32 tiles: 128 columns beside a 64-row DK tile, 32
+// beside a 128-row one, none beside a 256-row one (its Q and K alone do not fit).
+TEST(TileRules, WidestBlockWithFp32Tiles) {
+  EXPECT_EQ(max_block_dv(64, true, true), 128);
+  EXPECT_EQ(max_block_dv(128, true, true), 32);
+  EXPECT_EQ(max_block_dv(128, false, true), 32);
+  EXPECT_EQ(max_block_dv(256, true, true), 0);
+  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132, true, true), 32);  // 16-bit: 128
+  EXPECT_EQ(choose_block_dv(8, 16, 64, 128, 132, true, true), 128);
+  EXPECT_EQ(choose_block_dv(8, 16, 100, 60, 132, true, true), 32);
+  EXPECT_EQ(widest_block_within(128, 32), 32);   // split sequences at the fp32 limit
+  EXPECT_EQ(widest_block_within(128, 128), 128);
+  EXPECT_EQ(widest_block_within(60, 128), 64);
+}
+
 // At most a third of a block's columns padding, unless groups of 32 need it anyway.
 TEST(TileRules, WidestBlockCoversDv) {
   EXPECT_EQ(widest_block_dv(128, 256), 128);
@@ -79,6 +94,12 @@ TEST(TileRules, CopiesAsWideAsEveryRowStartAllows) {
   EXPECT_EQ(row_copy_bytes(250, 40), 4);
   EXPECT_EQ(row_copy_bytes(1, 1), 2);
   EXPECT_EQ(row_copy_bytes(64, 33), 2);
+  // fp32 rows: 4 elements per 16 bytes, never less than one element
+  EXPECT_EQ(row_copy_bytes(64, 64, 4), 16);
+  EXPECT_EQ(row_copy_bytes(60, 64, 4), 16);
+  EXPECT_EQ(row_copy_bytes(30, 64, 4), 8);
+  EXPECT_EQ(row_copy_bytes(1, 1, 4), 4);
+  EXPECT_EQ(row_copy_bytes(64, 33, 4), 4);
 }
 
 // The block width the launcher picks: the widest the tile rules allow that

@@ -21,7 +21,8 @@ template <class In, class Acc>
 void run_tensor_core_state_pass(const Problem& p, const StatePassViews<In, Acc>& views, const DeviceView3<Acc>& z0,
                                 const DeviceView3<Acc>& z_state) {
   using E = typename cuda_element<In>::type;
-  if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value) {
+  if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value ||
+                std::is_same<E, float>::value) {
     ScopedRegion region("linattn::tensor_core_state_pass");
     cuda::FusedTensorCoreArgs args{};
     args.k = views.k.data();

@@ -67,7 +67,8 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
   using E = typename cuda_element<typename Views::input_type>::type;
   using O = typename cuda_element<typename Views::output_type>::type;
   using S = typename cuda_element<typename Views::snapshot_type>::type;
-  if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value) {
+  if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value ||
+                std::is_same<E, float>::value) {
     ScopedRegion region("linattn::fused_tensor_core");
     cuda::FusedTensorCoreArgs args{};
     args.q = views.q.data();

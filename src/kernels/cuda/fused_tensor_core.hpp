@@ -31,6 +31,9 @@
 // fp32 (then o is as accurate as fp32 accumulation). With 16-bit o the state
 // operand of Q S is rounded once, as fla's chunk_fwd_o reads bf16 snapshots
 // (kSplitState below).
+// fp32 inputs keep fp32 tiles in shared memory and multiply in three TF32
+// products (mma_primitives.hpp, Elem<float>): every operand, the state and
+// the scores included, keeps fp32-class accuracy without a hi/lo tile pair.
 #pragma once
 
 #include "kernels/cuda/device_memory.hpp"
@@ -161,7 +164,7 @@ __device__ inline float2 key_sum_part(const E* kt, int k_stride) {
   float2 acc = make_float2(0.0f, 0.0f);
   #pragma unroll 4
   for (int r = threadIdx.x / S::pairs; r < kChunk; r += S::parts) {
-    const float2 x = Elem<E>::unpack(*reinterpret_cast<const std::uint32_t*>(kt + r * k_stride + 2 * p));
+    const float2 x = Elem<E>::unpack(*reinterpret_cast<const typename Elem<E>::Frag*>(kt + r * k_stride + 2 * p));
     acc.x += x.x;
     acc.y += x.y;
   }
@@ -181,8 +184,9 @@ __device__ inline float2 add_key_parts(float2 z, const float* parts) {
   return z;
 }
 
-template <class OutT>
-constexpr bool kSplitState = sizeof(OutT) == 4;
+// 16-bit tiles with fp32 o: the state as hi + lo tiles (fp32 tiles hold it whole).
+template <class E, class OutT>
+constexpr bool kSplitState = sizeof(E) == 2 && sizeof(OutT) == 4;
 
 // 16-bit snapshots of another type than the operands (bf16 h of fp16 inputs)
 // are staged in a tile of their own, so that they too leave shared memory in
@@ -190,7 +194,8 @@ constexpr bool kSplitState = sizeof(OutT) == 4;
 // fp32 snapshots cost (bench/results/fp16-snapshot-cost.txt). With fp32 o
 // that tile holds S_lo, and such snapshots still leave from registers.
 template <class E, class OutT, class SnapT>
-constexpr bool kStageSnapshot = sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<OutT>;
+constexpr bool kStageSnapshot =
+    sizeof(E) == 2 && sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<E, OutT>;
 
 // z's columns d, d + 1 of a row of dk (kPad: those past dk read as zero and
 // not written; an odd dk leaves pairs off 8 bytes).
@@ -209,23 +214,25 @@ __device__ inline void store_z_pair(float* row, int d, int dk, float2 z) {
   if (d + 1 < dk) row[d + 1] = z.y;
 }
 
-template <int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize>
+template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize>
 struct Layout {
-  static constexpr int qk_stride = DK + kPad;
-  static constexpr int v_stride = BV + kPad;
-  static constexpr int qk_tile = kChunk * qk_stride;  // elements
+  static constexpr int qk_stride = DK + kPadOf<E>;
+  static constexpr int v_stride = BV + kPadOf<E>;
+  static constexpr int qk_tile = kChunk * qk_stride;  // elements of E
   static constexpr int v_tile = kChunk * v_stride;
   static constexpr int s_tile = DK * v_stride;
   // Q, K, V double-buffered, then S_hi (and S_lo or the staged snapshot), then the output tile (OutT).
-  static constexpr int elements = 2 * (2 * qk_tile + v_tile) + (kSplitState<OutT> || StagedSnapshot ? 2 : 1) * s_tile;
-  static constexpr std::size_t o_offset = std::size_t(elements) * 2;
+  static constexpr int elements =
+      2 * (2 * qk_tile + v_tile) + (kSplitState<E, OutT> || StagedSnapshot ? 2 : 1) * s_tile;
+  static constexpr std::size_t o_offset = std::size_t(elements) * sizeof(E);
   static constexpr int o_stride = BV + 16 / int(sizeof(OutT));  // OutT elements, 16 bytes of padding
   static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
   // With several groups the scores tril(Q K^T) are computed once per block and
-  // shared through shared memory as hi and lo 16-bit tiles [64][a_stride].
+  // shared through shared memory as hi and lo 16-bit tiles [64][a_stride] (one fp32 tile).
   static constexpr bool share_scores = BV > kFusedGroupWidth<DK, BV>;
-  static constexpr int a_stride = kChunk + kPad;
-  static constexpr std::size_t a_bytes = share_scores ? std::size_t(2) * kChunk * a_stride * 2 : 0;
+  static constexpr int a_stride = kChunk + kPadOf<E>;
+  static constexpr std::size_t a_bytes =
+      share_scores ? std::size_t(kFp32Tiles<E> ? 1 : 2) * kChunk * a_stride * sizeof(E) : 0;
   // With normalization, z before the chunk (two buffers of DK fp32: z_s[c & 1]) and the key-sum parts.
   static constexpr std::size_t z_offset = a_offset + a_bytes;
   static constexpr std::size_t z_bytes =
@@ -240,7 +247,11 @@ template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, boo
 __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
-  using L = Layout<DK, BV, OutT, kStaged, kNormalize>;
+  constexpr bool kSplit = kSplitState<E, OutT>;
+  constexpr bool kF32 = kFp32Tiles<E>;
+  using L = Layout<E, DK, BV, OutT, kStaged, kNormalize>;
+  using Frag = typename Elem<E>::Frag;
+  static_assert(L::bytes <= 232448, "the block's shared memory (tile_rules.hpp, max_block_dv)");
   constexpr int kGW = kFusedGroupWidth<DK, BV>;
   constexpr int kThreads = kFusedThreads<DK, BV>;
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
@@ -264,10 +275,10 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   E* k_s = q_s + 2 * L::qk_tile;      // [2][64][qk_stride]
   E* v_s = k_s + 2 * L::qk_tile;      // [2][64][v_stride]
   E* s_hi = v_s + 2 * L::v_tile;      // [DK][v_stride]
-  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride], with kSplitState only (else kStaged: the snapshot)
+  E* s_lo = s_hi + L::s_tile;         // [DK][v_stride], with kSplit only (else kStaged: the snapshot)
   OutT* o_s = reinterpret_cast<OutT*>(shared_raw + L::o_offset);  // [64][o_stride]
-  E* a_hi = reinterpret_cast<E*>(shared_raw + L::a_offset);  // [64][a_stride], kShareA only
-  E* a_lo = a_hi + kChunk * L::a_stride;
+  E* a_hi = reinterpret_cast<E*>(shared_raw + L::a_offset);  // [64][a_stride], kShareA only (fp32: the scores)
+  E* a_lo = a_hi + kChunk * L::a_stride;                       // 16-bit only
   // bf16 (fp16) snapshots of bf16 (fp16) inputs are exactly S_hi: they leave
   // from shared memory in whole 16-byte pieces instead of scattered pairs.
   constexpr bool snapshots_from_shared = std::is_same<SnapT, E>::value || kStaged;
@@ -288,7 +299,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   const int c_begin = work.c_begin, c_end = work.c_end;
   // The head's keys, and this block's columns that exist (kPad; else the tiles' own).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
-  const int cw = kPad ? row_copy_bytes(dk, DV) : 16;  // bytes per copy of a row piece
+  const int cw = kPad ? row_copy_bytes(dk, DV, int(sizeof(E))) : 16;  // bytes per copy of a row piece
   const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * dk;
   const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (work.token0 * H + hh) * DV + v0;
@@ -300,15 +311,15 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   // 32, -12% at block 64 with DK 64; at block 128, -5% once the hoisted piece
   // offsets let the spread loop fit 128 registers: it had spilled, +17%).
   auto pieces = [](int segments) { return (segments + kThreads - 1) / kThreads; };  // 16-byte pieces per thread
-  constexpr int qk_segs = DK / 8, v_segs = BV / 8;
+  constexpr int qk_segs = DK / kVec<E>, v_segs = BV / kVec<E>;
   constexpr int qk_pieces = pieces(kChunk * qk_segs);
   constexpr int kLoadPieces = qk_pieces + pieces(kChunk * v_segs);
   // Piece p of thread x is row x / segs + p * (kThreads / segs), column (x % segs) * 8, of its
   // tile: a fixed offset from the chunk's first row, computed once (the per-piece 64-bit index
   // arithmetic had been a quarter of the chunk loop's instructions, measured in the SASS).
   static_assert(kThreads % qk_segs == 0 && kThreads % v_segs == 0, "pieces advance by whole rows");
-  const int qk_row = threadIdx.x / qk_segs, qk_col = threadIdx.x % qk_segs * 8;
-  const int v_row = threadIdx.x / v_segs, v_col = threadIdx.x % v_segs * 8;
+  const int qk_row = threadIdx.x / qk_segs, qk_col = threadIdx.x % qk_segs * kVec<E>;
+  const int v_row = threadIdx.x / v_segs, v_col = threadIdx.x % v_segs * kVec<E>;
   auto load_piece = [&](int c, int buf, int p) {
     const int t0 = c * kChunk;
     if (p < qk_pieces) {
@@ -316,8 +327,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       if (r >= kChunk) return;
       if constexpr (kPad) {
         const std::size_t row = std::size_t(t < T ? t : 0) * qk_token;
-        load_eight(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + row, qk_col, dk, t < T, cw);
-        load_eight(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + row, qk_col, dk, t < T, cw);
+        load_row_piece(q_s + buf * L::qk_tile + r * L::qk_stride + qk_col, q + row, qk_col, dk, t < T, cw);
+        load_row_piece(k_s + buf * L::qk_tile + r * L::qk_stride + qk_col, k + row, qk_col, dk, t < T, cw);
         return;
       }
       const std::size_t off = std::size_t(t < T ? t : 0) * qk_token + qk_col;
@@ -327,7 +338,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       const int r = v_row + (p - qk_pieces) * (kThreads / v_segs), t = t0 + r;
       if (r >= kChunk) return;
       if constexpr (kPad) {
-        load_eight(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token, v_col,
+        load_row_piece(v_s + buf * L::v_tile + r * L::v_stride + v_col, v + std::size_t(t < T ? t : 0) * v_token, v_col,
                    n_cols, t < T, cw);
         return;
       }
@@ -405,7 +416,9 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         for (int half = 0; half < 2; ++half) {
           const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
           const float x0 = s[mt][nt][2 * half], x1 = s[mt][nt][2 * half + 1];
-          if constexpr (kSplitState<OutT>) {
+          if constexpr (kF32) {
+            *reinterpret_cast<float2*>(s_hi + row * L::v_stride + cg + col) = make_float2(x0, x1);
+          } else if constexpr (kSplit) {
             std::uint32_t hi, lo;
             Elem<E>::split(x0, x1, hi, lo);
             *reinterpret_cast<std::uint32_t*>(s_hi + row * L::v_stride + cg + col) = hi;
@@ -437,22 +450,24 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   // burst competed with that loop's fragment loads): piece j of h[c] = S_hi
   // (the state before chunk c) and, with several groups, piece j of o of the
   // chunk before (one group has no barrier between that loop and restaging o).
-  constexpr int h_segs = BV * 2 / 16, o_per = 16 / int(sizeof(OutT)), o_segs = BV / o_per;
+  constexpr int h_per = 16 / int(sizeof(SnapT)), h_segs = BV / h_per, o_per = 16 / int(sizeof(OutT)), o_segs = BV / o_per;
   constexpr int h_pieces = snapshots_from_shared ? pieces(DK * h_segs) : 0;
   constexpr int o_pieces_all = pieces(kChunk * o_segs);
   constexpr int o_pieces = kShareA ? o_pieces_all : 0;  // deferred to the next chunk's first loop
   static_assert(kThreads % h_segs == 0 && kThreads % o_segs == 0, "pieces advance by whole rows");
-  const int h_row = threadIdx.x / h_segs, h_col = threadIdx.x % h_segs * 8;
+  const int h_row = threadIdx.x / h_segs, h_col = threadIdx.x % h_segs * h_per;
   const int o_row = threadIdx.x / o_segs, o_col = threadIdx.x % o_segs * o_per;
   SnapT* const h_block = static_cast<SnapT*>(args.h) + (work.h_chunk0 * H + hh) * std::size_t(dk) * DV + v0;
-  const E* const h_tile = kStaged ? s_lo : s_hi;  // the snapshot's 16-bit tile
+  const E* const h_tile = kStaged ? s_lo : s_hi;  // the snapshot's tile (of SnapT when snapshots_from_shared)
   OutT* const o_block = static_cast<OutT*>(args.o) + (work.token0 * H + hh) * DV + v0;
   auto store_h_piece = [&](int c, int j) {
     const int r = h_row + j * (kThreads / h_segs);
     if (r >= dk) return;
     const E* src = h_tile + r * L::v_stride + h_col;
     SnapT* dst = h_block + std::size_t(c) * H * dk * DV + r * DV + h_col;
-    if constexpr (kPad)
+    if constexpr (kPad && kF32)
+      store_piece(reinterpret_cast<float*>(dst), reinterpret_cast<const float*>(src), h_col, n_cols, cw);
+    else if constexpr (kPad)
       store_piece(reinterpret_cast<std::uint16_t*>(dst), reinterpret_cast<const std::uint16_t*>(src), h_col, n_cols, cw);
     else
       *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
@@ -508,7 +523,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
           store_o_piece(t0 - kChunk, p - h_pieces);
         }
       }
-      std::uint32_t qf[4];
+      Frag qf[4];
       ldmatrix_x4(qf, qt + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
       if constexpr (kNormalize) {  // qf: rows g, g + 8 (registers 0/2, 1/3) at columns 2t4.. and 2t4 + 8..
         const float* zc = z_s + (c & 1) * DK + 16 * kk + 2 * t4;
@@ -523,7 +538,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         for (int j = 0; j < kATiles; ++j) {
           const int tile = grp + j * kGroups;
           if (tile > rt) continue;  // key tiles past this warp's rows are masked to zero
-          std::uint32_t kf[4];
+          Frag kf[4];
           ldmatrix_x4(kf, kt + (16 * tile + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
           Elem<E>::mma(a[2 * j], qf, kf[0], kf[1]);
           Elem<E>::mma(a[2 * j + 1], qf, kf[2], kf[3]);
@@ -532,7 +547,7 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         #pragma unroll
         for (int np = 0; np < 4; ++np) {
           if (kSkipMasked && np > warp) continue;  // keys past this warp's rows: masked to zero anyway
-          std::uint32_t kf[4];
+          Frag kf[4];
           ldmatrix_x4(kf, kt + (16 * np + (lane & 7) + 8 * (lane >> 4)) * L::qk_stride + 16 * kk + 8 * ((lane >> 3) & 1));
           Elem<E>::mma(a[2 * np], qf, kf[0], kf[1]);
           Elem<E>::mma(a[2 * np + 1], qf, kf[2], kf[3]);
@@ -541,11 +556,11 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
         const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4);
-        std::uint32_t sf[4];
+        Frag sf[4];
         ldmatrix_x4_trans(sf, s_hi + off);
         Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
         Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
-        if constexpr (kSplitState<OutT>) {
+        if constexpr (kSplit) {
           ldmatrix_x4_trans(sf, s_lo + off);
           Elem<E>::mma(o[2 * np], qf, sf[0], sf[1]);
           Elem<E>::mma(o[2 * np + 1], qf, sf[2], sf[3]);
@@ -573,10 +588,14 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         for (int half = 0; half < 2; ++half) {
             const int off = (16 * rt + g + 8 * half) * L::a_stride + 16 * tile + 8 * (nt % 2) + 2 * t4;
             const float x0 = a[nt][2 * half], x1 = a[nt][2 * half + 1];
-            std::uint32_t hi, lo;
-            Elem<E>::split(x0, x1, hi, lo);
-            *reinterpret_cast<std::uint32_t*>(a_hi + off) = hi;
-            *reinterpret_cast<std::uint32_t*>(a_lo + off) = lo;
+            if constexpr (kF32) {
+              *reinterpret_cast<float2*>(a_hi + off) = make_float2(x0, x1);
+            } else {
+              std::uint32_t hi, lo;
+              Elem<E>::split(x0, x1, hi, lo);
+              *reinterpret_cast<std::uint32_t*>(a_hi + off) = hi;
+              *reinterpret_cast<std::uint32_t*>(a_lo + off) = lo;
+            }
           }
       }
       __syncthreads();
@@ -602,36 +621,58 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         for (int e = 0; e < 4; ++e) ds[mt][nt][e] = 0.0f;
     #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t vf[kNTiles / 2][4];
+      Frag vf[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
       if (!(kSkipMasked || kShareA) || kk <= rt) {  // keys past this warp's rows contribute zero
-        std::uint32_t ahi[4], alo[4];
-        if constexpr (kShareA) {
-          const int off = (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4);
-          ldmatrix_x4(ahi, a_hi + off);
-          ldmatrix_x4(alo, a_lo + off);
+        if constexpr (kF32) {  // the scores whole, in fp32
+          float2 af[4];
+          if constexpr (kShareA) {
+            ldmatrix_x4(af, a_hi + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4));
+          } else {
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
+              const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
+              af[r] = make_float2(src[0], src[1]);
+            }
+          }
+          if constexpr (kNormalize) {
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) ra[r & 1] += af[r].x + af[r].y;
+          }
+          #pragma unroll
+          for (int np = 0; np < kNTiles / 2; ++np) {
+            Elem<E>::mma(o[2 * np], af, vf[np][0], vf[np][1]);
+            Elem<E>::mma(o[2 * np + 1], af, vf[np][2], vf[np][3]);
+          }
         } else {
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
-            const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
-            Elem<E>::split(src[0], src[1], ahi[r], alo[r]);
+          std::uint32_t ahi[4], alo[4];
+          if constexpr (kShareA) {
+            const int off = (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4);
+            ldmatrix_x4(ahi, a_hi + off);
+            ldmatrix_x4(alo, a_lo + off);
+          } else {
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
+              const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
+              Elem<E>::split(src[0], src[1], ahi[r], alo[r]);
+            }
           }
-        }
-        if constexpr (kNormalize) {  // registers 0, 2: row g; 1, 3: row g + 8
-          #pragma unroll
-          for (int r = 0; r < 4; ++r) {
-            const float2 x = Elem<E>::unpack(ahi[r]), y = Elem<E>::unpack(alo[r]);
-            ra[r & 1] += (x.x + y.x) + (x.y + y.y);
+          if constexpr (kNormalize) {  // registers 0, 2: row g; 1, 3: row g + 8
+            #pragma unroll
+            for (int r = 0; r < 4; ++r) {
+              const float2 x = Elem<E>::unpack(ahi[r]), y = Elem<E>::unpack(alo[r]);
+              ra[r & 1] += (x.x + y.x) + (x.y + y.y);
+            }
           }
-        }
-        #pragma unroll
-        for (int np = 0; np < kNTiles / 2; ++np) {
-          Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
-          Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
-          Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
-          Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
+          #pragma unroll
+          for (int np = 0; np < kNTiles / 2; ++np) {
+            Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
+            Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
+            Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
+            Elem<E>::mma(o[2 * np + 1], alo, vf[np][2], vf[np][3]);
+          }
         }
       }
       add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);
@@ -691,22 +732,26 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
 // and blocks span BV = 128 columns where they can: with 32, every K tile was
 // read from L2 four times and L2 bandwidth set the pace (267 us at
 // 1,32768,32,128 with 8 segments, measured with ncu).
-constexpr int kSumStages = 4;
-template <int DK, int BV>
+// fp32 tiles take twice the bytes: two buffers (four would need 270 KiB at DK 128).
+template <class E>
+constexpr int kSumStages = sizeof(E) == 2 ? 4 : 2;
+template <class E, int DK, int BV>
 struct SumLayout {
-  static constexpr int k_stride = DK + kPad, v_stride = BV + kPad;
+  static constexpr int k_stride = DK + kPadOf<E>, v_stride = BV + kPadOf<E>;
   static constexpr int k_tile = kChunk * k_stride, v_tile = kChunk * v_stride;
-  static constexpr std::size_t bytes = std::size_t(kSumStages) * (k_tile + v_tile) * 2;
+  static constexpr std::size_t bytes = std::size_t(kSumStages<E>) * (k_tile + v_tile) * sizeof(E);
 };
 
 template <class E, int DK, int BV, bool kNormalize, bool kPad>
 __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs args, float* sums, float* zsums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = SumLayout<DK, BV>;
+  using L = SumLayout<E, DK, BV>;
+  static_assert(L::bytes <= 232448, "the block's shared memory");
+  constexpr int kStages = kSumStages<E>;
   constexpr int kThreads = 4 * BV, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = kGroupWidth / 8;
   extern __shared__ __align__(16) unsigned char shared_raw[];
-  E* k_s = reinterpret_cast<E*>(shared_raw);  // [kSumStages][64][k_stride]
-  E* v_s = k_s + kSumStages * L::k_tile;      // [kSumStages][64][v_stride]
+  E* k_s = reinterpret_cast<E*>(shared_raw);  // [kStages][64][k_stride]
+  E* v_s = k_s + kStages * L::k_tile;         // [kStages][64][v_stride]
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
   const int H = args.H, DV = args.DV;
@@ -734,41 +779,42 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
   }
   // The head's keys and this block's columns that exist (kPad, as in the fused kernel).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
-  const int cw = kPad ? row_copy_bytes(dk, DV) : 16;
+  const int cw = kPad ? row_copy_bytes(dk, DV, int(sizeof(E))) : 16;
   const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (token0 * H + hh) * DV + v0;
   auto load = [&](int c) {  // always commits a group (empty past the segment) so that waits count uniformly
-    const int stage = (c - c_begin) % kSumStages;
+    const int stage = (c - c_begin) % kStages;
+    constexpr int n = kVec<E>;  // elements per 16-byte piece
     if (c < c_end) {
-      for (int i = threadIdx.x; i < kChunk * (DK / 8); i += kThreads) {
-        const int r = i / (DK / 8), sg = i % (DK / 8), t = c * kChunk + r;
-        E* dst = k_s + stage * L::k_tile + r * L::k_stride + sg * 8;
-        if constexpr (kPad) load_eight(dst, k + std::size_t(t < T ? t : 0) * H * dk, sg * 8, dk, t < T, cw);
-        else cp_async16(dst, k + std::size_t(t < T ? t : 0) * H * DK + sg * 8, t < T ? 16 : 0);
+      for (int i = threadIdx.x; i < kChunk * (DK / n); i += kThreads) {
+        const int r = i / (DK / n), sg = i % (DK / n), t = c * kChunk + r;
+        E* dst = k_s + stage * L::k_tile + r * L::k_stride + sg * n;
+        if constexpr (kPad) load_row_piece(dst, k + std::size_t(t < T ? t : 0) * H * dk, sg * n, dk, t < T, cw);
+        else cp_async16(dst, k + std::size_t(t < T ? t : 0) * H * DK + sg * n, t < T ? 16 : 0);
       }
-      for (int i = threadIdx.x; i < kChunk * (BV / 8); i += kThreads) {
-        const int r = i / (BV / 8), sg = i % (BV / 8), t = c * kChunk + r;
-        E* dst = v_s + stage * L::v_tile + r * L::v_stride + sg * 8;
-        if constexpr (kPad) load_eight(dst, v + std::size_t(t < T ? t : 0) * H * DV, sg * 8, n_cols, t < T, cw);
-        else cp_async16(dst, v + std::size_t(t < T ? t : 0) * H * DV + sg * 8, t < T ? 16 : 0);
+      for (int i = threadIdx.x; i < kChunk * (BV / n); i += kThreads) {
+        const int r = i / (BV / n), sg = i % (BV / n), t = c * kChunk + r;
+        E* dst = v_s + stage * L::v_tile + r * L::v_stride + sg * n;
+        if constexpr (kPad) load_row_piece(dst, v + std::size_t(t < T ? t : 0) * H * DV, sg * n, n_cols, t < T, cw);
+        else cp_async16(dst, v + std::size_t(t < T ? t : 0) * H * DV + sg * n, t < T ? 16 : 0);
       }
     }
     cp_async_commit();
   };
   float s[kSMTiles][kNTiles][4] = {};
   float2 zacc = make_float2(0.0f, 0.0f);  // normalization: this thread's part of the key sum
-  for (int c = c_begin; c < c_begin + kSumStages - 1; ++c) load(c);
+  for (int c = c_begin; c < c_begin + kStages - 1; ++c) load(c);
   for (int c = c_begin; c < c_end; ++c) {
-    const int stage = (c - c_begin) % kSumStages;
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(kSumStages - 2));
+    const int stage = (c - c_begin) % kStages;
+    cp_async_wait<kStages - 2>();
     __syncthreads();  // chunk c landed; every warp is done with chunk c - 1's stage
-    load(c + kSumStages - 1);
+    load(c + kStages - 1);
     const E* kt = k_s + stage * L::k_tile;
     const E* vt = v_s + stage * L::v_tile + cg;
     float ds[kSMTiles][kNTiles][4] = {};
     #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t vf[kNTiles / 2][4];
+      typename Elem<E>::Frag vf[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
@@ -813,19 +859,23 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
+  if constexpr (kFp32Tiles<E> && BV > max_block_dv(DK, false, true)) {  // fp32 tiles of this block do not fit
+    throw std::invalid_argument("tensor-core fused: block_dv too wide for fp32 inputs at this DK tile");
+  } else {
   auto kernel = args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true, kPad>
                           : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false, kPad>;
-  const std::size_t bytes = Layout<DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
+  const std::size_t bytes = Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
   kernel<<<grid, kFusedThreads<DK, BV>, bytes, stream>>>(args);
   check_launch(cudaGetLastError(), "fused tensor-core launch");
+  }
 }
 
 template <class E, int DK, int BV, bool kNormalize, bool kPad>
 void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream) {
   auto kernel = segment_sum_kernel<E, DK, BV, kNormalize, kPad>;
-  const std::size_t bytes = SumLayout<DK, BV>::bytes;
+  const std::size_t bytes = SumLayout<E, DK, BV>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
   kernel<<<grid, 4 * BV, bytes, stream>>>(args, sums, zsums);
@@ -850,7 +900,9 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
                                           cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens = nullptr) {
   const bool packed = cu_seqlens != nullptr, normalize = args.z_state != nullptr;
   // One 16-bit copy of the state on chip (tile_rules.hpp, max_block_dv): a 256-row DK tile then takes blocks of 64.
-  constexpr bool kOneStateTile = !detail::kSplitState<OutT> && !detail::kStageSnapshot<E, OutT, SnapT>;
+  constexpr bool kOneStateTile = !detail::kSplitState<E, OutT> && !detail::kStageSnapshot<E, OutT, SnapT>;
+  constexpr bool kFp32 = detail::kFp32Tiles<E>;  // fp32 tiles: their own block limits
+  const int dkt = dk_tile(args.DK), fused_cap = max_block_dv(dkt, kOneStateTile, kFp32);
   if (segments < 0 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 0..65535");
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
@@ -859,19 +911,19 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     schedule = schedule_packed(*cu_seqlens, detail::kChunk, args.H, args.DK, args.DV, num_sms, segments);
     segments = schedule.max_segments;
     if (block_dv == 0)
-      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV)
+      block_dv = segments > 1 ? widest_block_within(args.DV, std::min(fused_cap, max_block_dv(dkt, false)))
                               : choose_block_dv(static_cast<int>(schedule.walks.size()), args.H, args.DK, args.DV, num_sms,
-                                                kOneStateTile);
+                                                kOneStateTile, kFp32);
   } else {
     if (segments == 0) segments = choose_segments(args.B, args.H, NT, args.DK, args.DV, num_sms);
     if (block_dv == 0)
-      block_dv = segments > 1 ? widest_block_dv(args.DK, args.DV)
-                              : choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms, kOneStateTile);
+      block_dv = segments > 1 ? widest_block_within(args.DV, std::min(fused_cap, max_block_dv(dkt, false)))
+                              : choose_block_dv(args.B, args.H, args.DK, args.DV, num_sms, kOneStateTile, kFp32);
   }
-  const int dkt = dk_tile(args.DK);
   if (dkt == 0 || args.DV < 1 || args.DV > kMaxTensorCoreDV)
     throw std::invalid_argument("tensor-core fused: DK must be in 1..256 and DV in 1..512");
-  if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > max_block_dv(dkt, kOneStateTile))
+  if (fused_cap == 0) throw std::invalid_argument("tensor-core fused: fp32 inputs need DK <= 128");
+  if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > fused_cap)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and at most what the DK tile allows");
   // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128
   // columns) and 256 (blocks of 32, and 64 with one state tile), with and
@@ -898,8 +950,9 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
         else with_norm(dk, std::integral_constant<int, 32>{});
       }
     };
-    if (dkt == 256) with_bv(std::integral_constant<int, 256>{});
-    else if (dkt == 128) with_bv(std::integral_constant<int, 128>{});
+    if (dkt == 256) {
+      if constexpr (!kFp32) with_bv(std::integral_constant<int, 256>{});
+    } else if (dkt == 128) with_bv(std::integral_constant<int, 128>{});
     else with_bv(std::integral_constant<int, 64>{});
   };
   args.seg_chunks = 0;

@@ -1,6 +1,6 @@
 // The (input, output, snapshot) element types the tensor-core forward is
 // compiled for: inputs bf16 or fp16, o in the input type or fp32, snapshots
-// fp32 or bf16. Each (input, output) pair is compiled once, in its own
+// fp32 or bf16; fp32 inputs with fp32 o. Each (input, output) pair is compiled once, in its own
 // fused_tensor_core_<in>_<out>.cpp (explicit instantiation); the files that
 // run it (tensor_core_dispatch.hpp) only declare it, so its kernels are not
 // compiled again in each of them.
@@ -11,7 +11,8 @@
   LINATTN_TC_SNAPSHOTS(X, __nv_bfloat16, __nv_bfloat16) \
   LINATTN_TC_SNAPSHOTS(X, __nv_bfloat16, float)         \
   LINATTN_TC_SNAPSHOTS(X, __half, __half)               \
-  LINATTN_TC_SNAPSHOTS(X, __half, float)
+  LINATTN_TC_SNAPSHOTS(X, __half, float)               \
+  LINATTN_TC_SNAPSHOTS(X, float, float)
 
 // run_fused_tensor_core<E, O, S>, declared (extern template) or defined (template).
 #define LINATTN_TC_FORWARD_SIGNATURE(E, O, S)                                                            \

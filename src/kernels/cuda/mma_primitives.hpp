@@ -1,7 +1,9 @@
 // The tensor-core building blocks every linattn CUDA kernel shares: the
-// 16-bit element types and their mma.sync m16n8k16 (fp32 accumulation),
+// element types of the operand tiles and their mma.sync (fp32 accumulation),
 // ldmatrix, cp.async copies (16-byte, and 8/4-byte or element-wise for padded
 // tiles), stores of pairs and pieces, and the K^T V step of the state.
+// 16-bit tiles multiply in m16n8k16; fp32 tiles (fp32 inputs) in three TF32
+// products per product (Elem<float>), behind the same fragment interface.
 // Nothing here knows a kernel's schedule (docs/ARCHITECTURE.md, "The tensor-core kernels").
 #pragma once
 
@@ -15,12 +17,13 @@
 namespace linattn::cuda::detail {
 
 constexpr int kChunk = 64;  // the chunk of every tensor-core kernel
-constexpr int kPad = 8;  // elements of padding per shared row: spreads ldmatrix rows over the banks
+constexpr int kPad = 8;  // 16-bit elements of padding per shared row: spreads ldmatrix rows over the banks
 
 template <class E>
 struct Elem;
 template <>
 struct Elem<__nv_bfloat16> {
+  using Frag = std::uint32_t;  // one fragment register: a packed pair
   __device__ static std::uint32_t pack(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<std::uint32_t*>(&v);
@@ -43,6 +46,7 @@ struct Elem<__nv_bfloat16> {
 };
 template <>
 struct Elem<__half> {
+  using Frag = std::uint32_t;
   __device__ static std::uint32_t pack(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<std::uint32_t*>(&v);
@@ -63,6 +67,63 @@ struct Elem<__half> {
   }
 };
 
+// fp32 operands (fp32 inputs). A fragment register holds the fp32 pair that a
+// 16-bit fragment register packs, at the same positions, so every kernel's
+// fragment indexing is unchanged. One m16n8k16 product is two m16n8k8 TF32
+// products, the 16 keys taken in the order 2t, 2t + 1 for the thread's
+// k = t, t + 4 (a fixed permutation of k shared by both operands, which leaves
+// the sum unchanged), each in three products of a TF32 hi + lo split
+// (hi*lo + lo*hi + hi*hi, lo*lo dropped): about 1e-7 relative instead of TF32's 3e-4
+// (docs/NUMERICS.md, "fp32 inputs on tensor cores").
+__device__ inline std::uint32_t to_tf32(float x) {
+  std::uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ inline void mma_tf32(float* c, const std::uint32_t* a, std::uint32_t b0, std::uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+struct Elem<float> {
+  using Frag = float2;
+  __device__ static float2 unpack(float2 x) { return x; }
+  __device__ static void mma(float* c, const float2* a, float2 b0, float2 b1) {
+    #pragma unroll
+    for (int s = 0; s < 2; ++s) {  // keys 0..7 (registers 0, 1 and b0), then 8..15 (2, 3 and b1)
+      const float2 r0 = a[2 * s], r1 = a[2 * s + 1], b = s ? b1 : b0;
+      const float av[4] = {r0.x, r1.x, r0.y, r1.y}, bv[2] = {b.x, b.y};
+      std::uint32_t ah[4], al[4], bh[2], bl[2];
+      #pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        ah[i] = to_tf32(av[i]);
+        al[i] = to_tf32(av[i] - __uint_as_float(ah[i]));
+      }
+      #pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        bh[i] = to_tf32(bv[i]);
+        bl[i] = to_tf32(bv[i] - __uint_as_float(bh[i]));
+      }
+      mma_tf32(c, al, bh[0], bh[1]);  // the small terms first
+      mma_tf32(c, ah, bl[0], bl[1]);
+      mma_tf32(c, ah, bh[0], bh[1]);
+    }
+  }
+};
+
+// Elements per 16 bytes: the unit of every copy and of the shared-row padding.
+template <class E>
+constexpr int kVec = 16 / int(sizeof(E));
+// Padding per shared row (16 bytes) that spreads ldmatrix rows, and the fp32
+// loads that stand in for them, over the banks.
+template <class E>
+constexpr int kPadOf = kVec<E>;
+template <class E>
+constexpr bool kFp32Tiles = sizeof(E) == 4;
+
 __device__ inline std::uint32_t smem_addr(const void* p) {
   return static_cast<std::uint32_t>(__cvta_generic_to_shared(p));
 }
@@ -75,6 +136,30 @@ __device__ inline void ldmatrix_x4_trans(std::uint32_t* r, const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_addr(p)));
+}
+// ldmatrix for fp32 tiles: the same fragments as ldmatrix.x4 (.trans) gives
+// 16-bit tiles, each register an fp32 pair. Lane 8m + r points at row r of
+// matrix m, as for ldmatrix; lane l reads its elements from the rows it needs
+// (their addresses shuffled from the lanes that hold them).
+__device__ inline void ldmatrix_x4(float2* r, const float* p) {
+  const std::uint32_t a = smem_addr(p);
+  const int lane = threadIdx.x & 31;
+  #pragma unroll
+  for (int m = 0; m < 4; ++m) {  // row lane / 4 of matrix m, columns 2 (lane % 4), + 1
+    const std::uint32_t row = __shfl_sync(0xffffffffu, a, 8 * m + (lane >> 2));
+    asm volatile("ld.shared.v2.f32 {%0,%1}, [%2];\n" : "=f"(r[m].x), "=f"(r[m].y) : "r"(row + 8 * (lane & 3)));
+  }
+}
+__device__ inline void ldmatrix_x4_trans(float2* r, const float* p) {
+  const std::uint32_t a = smem_addr(p);
+  const int lane = threadIdx.x & 31;
+  #pragma unroll
+  for (int m = 0; m < 4; ++m) {  // rows 2 (lane % 4), + 1 of matrix m, column lane / 4
+    const std::uint32_t row0 = __shfl_sync(0xffffffffu, a, 8 * m + 2 * (lane & 3));
+    const std::uint32_t row1 = __shfl_sync(0xffffffffu, a, 8 * m + 2 * (lane & 3) + 1);
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r[m].x) : "r"(row0 + 4 * (lane >> 2)));
+    asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r[m].y) : "r"(row1 + 4 * (lane >> 2)));
+  }
 }
 // 16-byte asynchronous copy; src_bytes = 0 zero-fills (rows past the end of a ragged chunk).
 __device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {
@@ -95,10 +180,10 @@ __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0
 // V fragments vf (8-column pairs, from ldmatrix.trans of V stored [key][dv]).
 template <class E, int kSMTiles, int kNTiles>
 __device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
-                                   const std::uint32_t (&vf)[kNTiles / 2][4], int kk, int row0, int lane) {
+                                   const typename Elem<E>::Frag (&vf)[kNTiles / 2][4], int kk, int row0, int lane) {
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt) {
-    std::uint32_t kf[4];  // K^T rows (state rows) x 16 keys
+    typename Elem<E>::Frag kf[4];  // K^T rows (state rows) x 16 keys
     ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1));
     #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
@@ -142,29 +227,32 @@ __device__ inline void store_one(float* p, float a) { *p = a; }
 __device__ inline void store_one(__nv_bfloat16* p, float a) { *p = __float2bfloat16_rn(a); }
 __device__ inline void store_one(__half* p, float a) { *p = __float2half_rn(a); }
 
-// Padded tiles (kPad): 8 elements of a row (16 bytes of 16-bit elements) into
-// shared memory, those at columns >= n (or all, when the row is past the end)
-// zero, in asynchronous copies of cw bytes (row_copy_bytes in tile_rules.hpp:
-// every row starts on a whole copy, n is a multiple of one), or element by
-// element when rows start on odd elements.
+// Padded tiles: 16 bytes of a row (8 16-bit or 4 fp32 elements) into shared
+// memory, those at columns >= n (or all, when the row is past the end) zero,
+// in asynchronous copies of cw bytes (row_copy_bytes in tile_rules.hpp: every
+// row starts on a whole copy, n is a multiple of one), or element by element
+// when 16-bit rows start on odd elements.
 template <class E>
-__device__ inline void load_eight(E* dst, const E* row, int col, int n, bool in, int cw) {
+__device__ inline void load_row_piece(E* dst, const E* row, int col, int n, bool in, int cw) {
+  constexpr int kN = kVec<E>;
   if (cw == 16) {
     const bool any = in && col < n;
     cp_async16(dst, any ? row + col : row, any ? 16 : 0);
   } else if (cw == 8) {
+    constexpr int per = 8 / int(sizeof(E));
     #pragma unroll
-    for (int e = 0; e < 8; e += 4) {
+    for (int e = 0; e < kN; e += per) {
       const bool any = in && col + e < n;
       cp_async8(dst + e, any ? row + col + e : row, any ? 8 : 0);
     }
   } else if (cw == 4) {
+    constexpr int per = 4 / int(sizeof(E));
     #pragma unroll
-    for (int e = 0; e < 8; e += 2) {
+    for (int e = 0; e < kN; e += per) {
       const bool any = in && col + e < n;
       cp_async4(dst + e, any ? row + col + e : row, any ? 4 : 0);
     }
-  } else {
+  } else if constexpr (sizeof(E) == 2) {
     const std::uint16_t* src = reinterpret_cast<const std::uint16_t*>(row);
     std::uint16_t* out = reinterpret_cast<std::uint16_t*>(dst);
     #pragma unroll

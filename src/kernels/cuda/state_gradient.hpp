@@ -37,7 +37,7 @@ __device__ inline void copy_tile_bounded(E* dst, int dst_stride, const E* src, s
   for (int i = threadIdx.x; i < rows * segs; i += kThreads) {
     const int r = i / segs, col = i % segs * 8;
     const bool valid = r < valid_rows;
-    load_eight(dst + r * dst_stride + col, src + (valid ? r : 0) * src_stride, col, valid_cols, valid, cw);
+    load_row_piece(dst + r * dst_stride + col, src + (valid ? r : 0) * src_stride, col, valid_cols, valid, cw);
   }
 }
 

@@ -9,9 +9,9 @@
 
 // The kernels ask these rules too (row_copy_bytes): host and device functions under nvcc.
 #if defined(__CUDACC__)
-#define LINATTN_TILE_RULE __host__ __device__ inline
+#define LINATTN_TILE_RULE __host__ __device__ constexpr inline
 #else
-#define LINATTN_TILE_RULE inline
+#define LINATTN_TILE_RULE constexpr inline
 #endif
 
 namespace linattn::cuda {
@@ -31,7 +31,14 @@ LINATTN_TILE_RULE int dk_tile(int DK) { return DK < 1 ? 0 : DK <= 64 ? 64 : DK <
 // tiles take 135 KB of shared memory: two groups (64 columns) fit beside them
 // only when the block keeps one 16-bit copy of the state (one_state_tile:
 // 16-bit o, snapshots in the input type or fp32), else one group (32).
-LINATTN_TILE_RULE int max_block_dv(int dkt, bool one_state_tile) { return dkt == 256 ? (one_state_tile ? 64 : 32) : 128; }
+// fp32 inputs keep fp32 tiles (twice the bytes, one fp32 copy of the state):
+// blocks of 128 fit beside a 64-row DK tile (217 KiB of 227), of 32 beside a
+// 128-row one (177 KiB; 64 would need 234), and a 256-row tile's
+// double-buffered Q and K alone (260 KiB) do not fit: 0, no block.
+LINATTN_TILE_RULE int max_block_dv(int dkt, bool one_state_tile, bool fp32_inputs = false) {
+  if (fp32_inputs) return dkt == 64 ? 128 : dkt == 128 ? 32 : 0;
+  return dkt == 256 ? (one_state_tile ? 64 : 32) : 128;
+}
 
 // DV as the blocks see it: rounded up to whole groups of 32 columns (the
 // columns past DV are zero on chip and never stored).
@@ -50,28 +57,31 @@ LINATTN_TILE_RULE bool covers_dv(int DV, int w) {
   return cols == padded_dv(DV) || 2 * cols <= 3 * DV;
 }
 
-// The widest block (128, 64 or 32 columns, at most max_block_dv) that covers
-// DV (covers_dv): the block of the segment sums (which keep no state tile)
-// and of split sequences.
-LINATTN_TILE_RULE int widest_block_dv(int DK, int DV) {
-  const int cap = max_block_dv(dk_tile(DK), false);
+// The widest block (128, 64 or 32 columns, at most cap) that covers DV
+// (covers_dv); widest_block_dv: within the DK tile's limit without a state
+// tile, the block of the segment sums (which keep none) and of split
+// sequences (which, with fp32 inputs, take their own limit instead).
+LINATTN_TILE_RULE int widest_block_within(int DV, int cap) {
   if (cap >= 128 && covers_dv(DV, 128)) return 128;
   if (cap >= 64 && covers_dv(DV, 64)) return 64;
   return 32;
 }
+LINATTN_TILE_RULE int widest_block_dv(int DK, int DV) { return widest_block_within(DV, max_block_dv(dk_tile(DK), false)); }
 
 // True when the tiles hold the head exactly (DK is its tile, bv divides DV):
 // the kernels then run without bounds checks (the exact instantiation).
 LINATTN_TILE_RULE bool exact_tiles(int DK, int DV, int bv) { return DK == dk_tile(DK) && DV % bv == 0; }
 
 // The widest copy (16, 8, 4 or 2 bytes) at which every row of q, k (DK
-// 16-bit elements) and of v, o, h (DV elements) starts on a whole copy: the
-// padded kernels move their tiles in copies of this size (asynchronous ones
-// for the loads), so DK 60 moves in 8-byte pieces, not element by element.
-LINATTN_TILE_RULE int row_copy_bytes(int DK, int DV) {
-  if (DK % 8 == 0 && DV % 8 == 0) return 16;
-  if (DK % 4 == 0 && DV % 4 == 0) return 8;
-  if (DK % 2 == 0 && DV % 2 == 0) return 4;
+// elements of elem_bytes) and of v, o, h (DV elements) starts on a whole copy:
+// the padded kernels move their tiles in copies of this size (asynchronous
+// ones for the loads), so 16-bit DK 60 moves in 8-byte pieces, not element by
+// element. fp32 rows take at least 4-byte copies.
+LINATTN_TILE_RULE int row_copy_bytes(int DK, int DV, int elem_bytes = 2) {
+  const int a = DK * elem_bytes, b = DV * elem_bytes;
+  if (a % 16 == 0 && b % 16 == 0) return 16;
+  if (a % 8 == 0 && b % 8 == 0) return 8;
+  if (a % 4 == 0 && b % 4 == 0) return 4;
   return 2;
 }
 
@@ -79,8 +89,9 @@ LINATTN_TILE_RULE int row_copy_bytes(int DK, int DV) {
 // (covers_dv) and still gives about a block per SM; wider blocks read each Q
 // and K tile once for more DV columns, and the kernel is bound by that L2
 // traffic (measured with ncu).
-LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms, bool one_state_tile) {
-  const int cap = max_block_dv(dk_tile(DK), one_state_tile);
+LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms, bool one_state_tile,
+                                      bool fp32_inputs = false) {
+  const int cap = max_block_dv(dk_tile(DK), one_state_tile, fp32_inputs);
   auto fills = [&](int w) {
     return w <= cap && covers_dv(DV, w) && std::int64_t(B) * H * dv_blocks(DV, w) * 10 >= std::int64_t(num_sms) * 9;
   };
