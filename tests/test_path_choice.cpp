@@ -573,15 +573,32 @@ TEST(BackwardPathChoice, Bf16OnCudaTakesTensorCores) {
   }
 }
 
+// fp32 inputs (fp32 tiles, three TF32 products) at every head size, their
+// gradients in fp32 whether or not --out-dtype fp32 says so.
+TEST(BackwardPathChoice, Fp32InputsTakeTensorCores) {
+  BackwardPathFacts f = backward_on_cuda();
+  f.input = DType::f32;
+  for (auto [dk, dv] : {std::pair{128, 128}, {64, 64}, {256, 512}, {60, 100}, {1, 1}}) {
+    f.DK = dk;
+    f.DV = dv;
+    EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core) << dk << " x " << dv;
+  }
+  f.output_fp32 = true;
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.input = DType::f64;
+  f.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(backward_refusal_of(f), "fp16, bf16 or fp32 inputs, not fp64")) << backward_refusal_of(f);
+}
+
 TEST(BackwardPathChoice, WhatTensorCoresCannotRunTakesKokkosKernelsUnderAuto) {
-  BackwardPathFacts fp32_out = backward_on_cuda(), fp32_in = backward_on_cuda(), chunk32 = backward_on_cuda(),
+  BackwardPathFacts fp32_out = backward_on_cuda(), fp64_in = backward_on_cuda(), chunk32 = backward_on_cuda(),
                     dk512 = backward_on_cuda(), dv1024 = backward_on_cuda();
   fp32_out.output_fp32 = true;
-  fp32_in.input = DType::f32;
+  fp64_in.input = DType::f64;
   chunk32.chunk = 32;
   dk512.DK = 512;
   dv1024.DV = 1024;
-  for (const BackwardPathFacts& f : {fp32_out, fp32_in, chunk32, dk512, dv1024}) {
+  for (const BackwardPathFacts& f : {fp32_out, fp64_in, chunk32, dk512, dv1024}) {
     EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
     BackwardPathFacts asked = f;
     asked.requested = GemmPath::tensor_core;

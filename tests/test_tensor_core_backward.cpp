@@ -1,6 +1,6 @@
 // The tensor-core backward (src/kernels/cuda/tensor_core_backward.hpp) against
 // the fp64 reference (backward_check.hpp: dq, dk, dv and dh0, outputs poisoned
-// first): bf16 and fp16, DK and DV of 64 and 128 (also unequal) and every
+// first): bf16, fp16 and fp32, DK and DV of 64 and 128 (also unequal) and every
 // other head size up to DK 256, DV 512 (padded on chip), ragged T,
 // packed lengths 1, 63, 64, 65 and 300 with one sequence holding most tokens,
 // initial states and dht, snapshots read as bf16 or fp32 or recomputed. CUDA
@@ -54,6 +54,27 @@ TEST(TensorCoreBackward, EveryHeadSizeMatchesReference) {
   for (DType dtype : {DType::bf16, DType::f16})
     for (auto [DK, DV] : heads)
       expect_tensor_cores_match(plain(2, 150, 2, DK, DV, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
+}
+
+// fp32 inputs: fp32 tiles, three TF32 products per product
+// (mma_primitives.hpp, Elem<float>), always on the tiled chunk kernels; dq,
+// dk, dv in fp32 at fp32's level (1e-5), every head size, plain and packed,
+// fp32, bf16 and recomputed snapshots.
+TEST(TensorCoreBackward, Fp32InputsMatchReference) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5800;
+  const std::pair<std::int64_t, std::int64_t> heads[] = {{64, 64}, {128, 128}, {128, 64}, {16, 16}, {60, 100},
+                                                         {96, 96}, {1, 1},     {256, 512}, {192, 48}};
+  for (auto [DK, DV] : heads)
+    expect_tensor_cores_match(plain(2, 150, 2, DK, DV, 64), DType::f32, ++seed, true, true, SnapshotMode::accumulation);
+  expect_tensor_cores_match(packed({1, 63, 64, 65, 300}, 2, 128, 128, 64), DType::f32, ++seed, true, true,
+                            SnapshotMode::accumulation);
+  expect_tensor_cores_match(packed({300, 1, 65, 63, 64}, 2, 100, 60, 64), DType::f32, ++seed, true, true,
+                            SnapshotMode::bf16);
+  expect_tensor_cores_match(plain(2, 130, 2, 64, 128, 64), DType::f32, ++seed, true, false, SnapshotMode::none, true);
+  // --out-dtype fp32 with fp32 inputs is the input type: still tensor cores.
+  expect_backward_matches(plain(1, 200, 2, 128, 128, 64), DType::f32, ++seed, true, true, SnapshotMode::accumulation,
+                          false, true, GemmPath::automatic, GemmPath::tensor_core, tensor_core_backward_level(DType::f32));
 }
 
 // The same kernels on packed batches, with bf16 snapshots (converted on the

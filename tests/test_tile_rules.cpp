@@ -124,6 +124,10 @@ TEST(TileRules, WholeHeadGradientOnlyForHeadsOf64Or128) {
   EXPECT_FALSE(whole_head_gradient(256, 256));
   EXPECT_FALSE(whole_head_gradient(96, 128));
   EXPECT_FALSE(whole_head_gradient(128, 32));
+  EXPECT_FALSE(whole_head_gradient(128, 128, true));  // fp32 tiles of a whole head do not fit: tiled
+  EXPECT_EQ(gradient_rows(128, 128, true), 128);
+  EXPECT_EQ(gradient_rows(100, 60, true), 112);
+  EXPECT_EQ(gradient_cols(100, 60, true), 64);
 }
 
 // dh's padded shape: the head itself for the whole-head kernel, else DK and

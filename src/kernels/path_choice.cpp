@@ -130,12 +130,13 @@ std::string backward_tensor_core_refusal(const BackwardPathFacts& f) {
   if (f.backend != Backend::cuda)
     return std::string("the tensor-core backward needs the CUDA backend, and the kernels run on ") +
            (f.backend == Backend::host ? "the host" : "another device");
-  if (f.output_fp32)
+  // fp32 o of fp32 inputs is the input type; of 16-bit ones it is not.
+  if (f.output_fp32 && !(f.known_case && f.input == DType::f32))
     return "the tensor-core backward writes dq, dk, dv in the input type (16-bit), not fp32: --out-dtype fp32 runs "
            "on kokkoskernels";
   if (!f.known_case) return {};
-  if (f.input != DType::f16 && f.input != DType::bf16)
-    return std::string("the tensor-core backward takes fp16 or bf16 inputs, not ") + dtype_name(f.input);
+  if (f.input != DType::f16 && f.input != DType::bf16 && f.input != DType::f32)
+    return std::string("the tensor-core backward takes fp16, bf16 or fp32 inputs, not ") + dtype_name(f.input);
   if (!tensor_core_shape(f.chunk, f.DK, f.DV))
     return std::string("the tensor-core backward needs ") + kTensorCoreShape + " (here chunk " +
            std::to_string(f.chunk) + ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";

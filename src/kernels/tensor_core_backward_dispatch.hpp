@@ -20,8 +20,9 @@ void run_tensor_core_backward(const Problem& p, const Views& views) {
 #if defined(KOKKOS_ENABLE_CUDA)
   using E = typename cuda_element<typename Views::input_type>::type;
   using S = typename cuda_element<typename Views::snapshot_type>::type;
-  constexpr bool kSixteenBit = std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value;
-  if constexpr (kSixteenBit && std::is_same<typename Views::output_type, typename Views::input_type>::value &&
+  constexpr bool kTakes = std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value ||
+                          std::is_same<E, float>::value;
+  if constexpr (kTakes && std::is_same<typename Views::output_type, typename Views::input_type>::value &&
                 (std::is_same<S, __nv_bfloat16>::value || std::is_same<S, float>::value)) {
     ScopedRegion region("linattn::tensor_core_backward");
     cuda::TensorCoreBackwardArgs args{};

@@ -27,8 +27,9 @@ BackwardUnits units(const Problem& p, const BackwardStorage& s) {
   // The tensor-core backward's scratch dh (the state gradient after each chunk, in the input
   // type, padded to its tiles: kernels/cuda/tile_rules.hpp), counted on every path.
   const int DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV);
-  u.chunk += p.H * std::max<std::int64_t>(p.DK, cuda::gradient_rows(DK, DV)) *
-             std::max<std::int64_t>(p.DV, cuda::gradient_cols(DK, DV)) * in;
+  const bool fp32 = s.input == DType::f32;
+  u.chunk += p.H * std::max<std::int64_t>(p.DK, cuda::gradient_rows(DK, DV, fp32)) *
+             std::max<std::int64_t>(p.DV, cuda::gradient_cols(DK, DV, fp32)) * in;
   // dht (read, converted, uploaded) and dh0 (computed, downloaded); with
   // recompute_h the start states likewise and the forward's final states.
   u.sequence = (s.recompute_h ? 9 : 5) * state * acc;

@@ -11,7 +11,8 @@
 // chunk_bwd_dqkwg and chunk_bwd_dv do: about a third more products at 256 x 256
 // for blocks whose accumulators (3 x 32 floats a thread) fit in registers.
 // Each stage's tiles are double-buffered. P and A are rounded once to 16 bits,
-// as in chunk_gradient.hpp.
+// as in chunk_gradient.hpp. fp32 inputs keep fp32 tiles (P and A unrounded)
+// and multiply in three TF32 products (mma_primitives.hpp, Elem<float>).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -27,8 +28,10 @@ namespace linattn::cuda::detail {
 
 constexpr int kGradientBlock = 64;     // DK and DV columns of one block of the tiled kernels
 constexpr int kTiledGradientThreads = 128;  // 4 warps, warp w owns the 16 token rows 16 w..
-constexpr int kTileStride = kGradientBlock + kPad;
-constexpr int kTileElems = kChunk * kTileStride;  // one 64 x 64 tile (also DK or DV rows of h, dh)
+template <class E>
+constexpr int kTileStrideOf = kGradientBlock + kPadOf<E>;
+template <class E>
+constexpr int kTileElemsOf = kChunk * kTileStrideOf<E>;  // one 64 x 64 tile (also DK or DV rows of h, dh)
 
 // 16-column steps that cover `cols` columns of a block (at most the block's 4).
 __device__ inline int steps16(int cols) { return cols >= kGradientBlock ? kGradientBlock / 16 : (cols + 15) / 16; }
@@ -39,7 +42,7 @@ __device__ inline int steps16(int cols) { return cols >= kGradientBlock ? kGradi
 // inputs, fp32 snapshots), element by element at the edges.
 template <class E, class SnapT>
 __device__ inline void load_snapshot_tile(E* dst, const SnapT* h, int DK, int DV, int r0, int c0, int cw) {
-  constexpr int kThreads = kTiledGradientThreads;
+  constexpr int kThreads = kTiledGradientThreads, kTileStride = kTileStrideOf<E>;
   if constexpr (std::is_same<SnapT, E>::value) {
     copy_tile_bounded<kThreads>(dst, kTileStride, h + std::size_t(r0) * DV + c0, DV, kGradientBlock, kGradientBlock,
                                 DK - r0, DV - c0, cw);
@@ -53,7 +56,7 @@ __device__ inline void load_snapshot_tile(E* dst, const SnapT* h, int DK, int DV
         if (c < DV) x0 = float(p[0]);
         if (c + 1 < DV) x1 = float(p[1]);
       }
-      *reinterpret_cast<std::uint32_t*>(dst + r * kTileStride + col) = Elem<E>::pack(x0, x1);
+      store_pair<E>(dst + r * kTileStride + col, x0, x1);
     }
   }
 }
@@ -62,6 +65,7 @@ __device__ inline void load_snapshot_tile(E* dst, const SnapT* h, int DK, int DV
 // and rounded to 16 bits into a tile stored [query][key].
 template <class E>
 __device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float scale, int lane) {
+  constexpr int kTileStride = kTileStrideOf<E>;
   const int rt = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   #pragma unroll
   for (int nt = 0; nt < 8; ++nt)
@@ -70,16 +74,18 @@ __device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float 
       const int row = 16 * rt + g + 8 * half, col = 8 * nt + 2 * t4;
       const float x0 = col <= row ? scale * sc[nt][2 * half] : 0.0f;
       const float x1 = col + 1 <= row ? scale * sc[nt][2 * half + 1] : 0.0f;
-      *reinterpret_cast<std::uint32_t*>(p + row * kTileStride + col) = Elem<E>::pack(x0, x1);
+      store_pair<E>(p + row * kTileStride + col, x0, x1);
     }
 }
 
 // Shared memory of query_key_gradient_kernel: Q and K of the DK block, then
 // per stage dO, V of a DV block and h, dh of (DK block, DV block); P.
-constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTileElems * 2;
+template <class E>
+constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTileElemsOf<E> * sizeof(E);
 // Of value_gradient_kernel: dO of the DV block, A; per stage Q, K of a DK
 // block and dh of (DK block, DV block).
-constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElems * 2;
+template <class E>
+constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
 
 // blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
 // chunk run side by side and share its dO and V in L2.
@@ -87,11 +93,12 @@ template <class E, class SnapT, bool kBounded>
 __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
+  constexpr int kTileStride = kTileStrideOf<E>, kTileElems = kTileElemsOf<E>;
   const int H = a.H, DK = a.DK, DV = a.DV, nkb = (DK + kGradientBlock - 1) / kGradientBlock;
   const int k0 = (blockIdx.x % nkb) * kGradientBlock, rest = blockIdx.x / nkb, head = rest % H;
   const BackwardChunk ch = a.chunks[rest / H];
   const int lane = threadIdx.x & 31, rt = threadIdx.x >> 5;
-  const int cw = kBounded ? row_copy_bytes(DK, DV) : 16;
+  const int cw = kBounded ? row_copy_bytes(DK, DV, int(sizeof(E))) : 16;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* q_s = reinterpret_cast<E*>(shared_raw);
   E* k_s = q_s + kTileElems;
@@ -138,12 +145,12 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     const E* s = stage + (vb & 1) * 4 * kTileElems;
     const E *o_t = s, *v_t = s + kTileElems, *h_t = s + 2 * kTileElems, *d_t = s + 3 * kTileElems;
     const int k_end = kBounded ? 16 * steps16(DV - vb * kGradientBlock) : kGradientBlock;
-    mma_rows<E, kN>(p, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, v_t, kTileStride, n, kk, lane); }, rt + 1);
-    mma_rows<E, kN>(gq, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, h_t, kTileStride, n, kk, lane); }, dk_pairs);
-    mma_rows<E, kN>(gk, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
+    mma_rows<E, kN>(p, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_rows(f, v_t, kTileStride, n, kk, lane); }, rt + 1);
+    mma_rows<E, kN>(gq, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_rows(f, h_t, kTileStride, n, kk, lane); }, dk_pairs);
+    mma_rows<E, kN>(gk, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
   }
   store_causal_scores(p_s, p, a.scale, lane);
   __syncthreads();  // P is in shared memory
@@ -152,10 +159,10 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     #pragma unroll
     for (int e = 0; e < 4; ++e) gq[nt][e] *= a.scale;
   // dQ += P K over the keys up to the diagonal; dK += P^T Q over the queries from it on.
-  mma_rows<E, kN>(gq, 0, 16 * (rt + 1), [&](std::uint32_t* f, int kk) { a_rows(f, p_s, kTileStride, 16 * rt, kk, lane); },
-                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, k_s, kTileStride, n, kk, lane); }, dk_pairs);
-  mma_rows<E, kN>(gk, 16 * rt, kChunk, [&](std::uint32_t* f, int kk) { a_cols(f, p_s, kTileStride, 16 * rt, kk, lane); },
-                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, q_s, kTileStride, n, kk, lane); }, dk_pairs);
+  mma_rows<E, kN>(gq, 0, 16 * (rt + 1), [&](FragOf<E>* f, int kk) { a_rows(f, p_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](FragOf<E>* f, int n, int kk) { b_cols(f, k_s, kTileStride, n, kk, lane); }, dk_pairs);
+  mma_rows<E, kN>(gk, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, p_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](FragOf<E>* f, int n, int kk) { b_cols(f, q_s, kTileStride, n, kk, lane); }, dk_pairs);
   const bool pairs = DK % 2 == 0;
   store_rows_bounded<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, gq, 16 * rt, k0, ch.length, DK, pairs, lane);
   store_rows_bounded<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, gk, 16 * rt, k0, ch.length, DK, pairs, lane);
@@ -167,11 +174,12 @@ template <class E, bool kBounded>
 __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
+  constexpr int kTileStride = kTileStrideOf<E>, kTileElems = kTileElemsOf<E>;
   const int H = a.H, DK = a.DK, DV = a.DV, nvb = (DV + kGradientBlock - 1) / kGradientBlock;
   const int c0 = (blockIdx.x % nvb) * kGradientBlock, rest = blockIdx.x / nvb, head = rest % H;
   const BackwardChunk ch = a.chunks[rest / H];
   const int lane = threadIdx.x & 31, rt = threadIdx.x >> 5;
-  const int cw = kBounded ? row_copy_bytes(DK, DV) : 16;
+  const int cw = kBounded ? row_copy_bytes(DK, DV, int(sizeof(E))) : 16;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* o_s = reinterpret_cast<E*>(shared_raw);
   E* a_s = o_s + kTileElems;
@@ -210,16 +218,16 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
     const E* s = stage + (kb & 1) * 3 * kTileElems;
     const E *q_t = s, *k_t = s + kTileElems, *d_t = s + 2 * kTileElems;
     const int k_end = kBounded ? 16 * steps16(DK - kb * kGradientBlock) : kGradientBlock;
-    mma_rows<E, kN>(sa, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, q_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](std::uint32_t* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
-    mma_rows<E, kN>(gv, 0, k_end, [&](std::uint32_t* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](std::uint32_t* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
+    mma_rows<E, kN>(sa, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, q_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
+    mma_rows<E, kN>(gv, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
   }
   store_causal_scores(a_s, sa, a.scale, lane);
   __syncthreads();  // A is in shared memory
   // dV += A^T dO over the queries from the diagonal on.
-  mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](std::uint32_t* f, int kk) { a_cols(f, a_s, kTileStride, 16 * rt, kk, lane); },
-                  [&](std::uint32_t* f, int n, int kk) { b_cols(f, o_s, kTileStride, n, kk, lane); }, dv_pairs);
+  mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, a_s, kTileStride, 16 * rt, kk, lane); },
+                  [&](FragOf<E>* f, int n, int kk) { b_cols(f, o_s, kTileStride, n, kk, lane); }, dv_pairs);
   store_rows_bounded<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, gv, 16 * rt, c0, ch.length, DV, DV % 2 == 0, lane);
 #endif
 }

@@ -14,15 +14,15 @@
 
 namespace linattn::cuda::detail {
 
-// rows x cols (cols a multiple of 8) of row stride src_stride into shared
-// memory of row stride dst_stride, as 16-byte asynchronous copies by
+// rows x cols (cols a multiple of 16 bytes) of row stride src_stride into
+// shared memory of row stride dst_stride, as 16-byte asynchronous copies by
 // kThreads threads; rows at or past valid_rows are zero-filled.
 template <int kThreads, class E>
 __device__ inline void copy_tile_async(E* dst, int dst_stride, const E* src, std::size_t src_stride, int rows, int cols,
                                        int valid_rows) {
-  const int segs = cols / 8;
+  const int segs = cols / kVec<E>;
   for (int i = threadIdx.x; i < rows * segs; i += kThreads) {
-    const int r = i / segs, col = i % segs * 8;
+    const int r = i / segs, col = i % segs * kVec<E>;
     const bool valid = r < valid_rows;
     cp_async16(dst + r * dst_stride + col, src + (valid ? r : 0) * src_stride + col, valid ? 16 : 0);
   }
@@ -33,19 +33,19 @@ __device__ inline void copy_tile_async(E* dst, int dst_stride, const E* src, std
 template <int kThreads, class E>
 __device__ inline void copy_tile_bounded(E* dst, int dst_stride, const E* src, std::size_t src_stride, int rows,
                                          int cols, int valid_rows, int valid_cols, int cw) {
-  const int segs = cols / 8;
+  const int segs = cols / kVec<E>;
   for (int i = threadIdx.x; i < rows * segs; i += kThreads) {
-    const int r = i / segs, col = i % segs * 8;
+    const int r = i / segs, col = i % segs * kVec<E>;
     const bool valid = r < valid_rows;
     load_row_piece(dst + r * dst_stride + col, src + (valid ? r : 0) * src_stride, col, valid_cols, valid, cw);
   }
 }
 
-template <int DK, int BV>
+template <class E, int DK, int BV>
 struct StateGradientLayout {
-  static constexpr int q_stride = DK + kPad, o_stride = BV + kPad;
+  static constexpr int q_stride = DK + kPadOf<E>, o_stride = BV + kPadOf<E>;
   static constexpr int q_tile = kChunk * q_stride, o_tile = kChunk * o_stride;
-  static constexpr std::size_t bytes = std::size_t(2) * (q_tile + o_tile) * 2;  // double-buffered, 16-bit
+  static constexpr std::size_t bytes = std::size_t(2) * (q_tile + o_tile) * sizeof(E);  // double-buffered
 };
 constexpr int kStateGradientThreads = 128;
 
@@ -56,13 +56,13 @@ constexpr int kStateGradientThreads = 128;
 template <class E, int DK, int BV, bool kBounded>
 __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = StateGradientLayout<DK, BV>;
+  using L = StateGradientLayout<E, DK, BV>;
   constexpr int kThreads = kStateGradientThreads, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = BV / 8;
   const int nbv = a.dh_cols / BV, rest = blockIdx.x / nbv;
   const int v0 = (blockIdx.x % nbv) * BV, head = rest % a.H, H = a.H, DV = a.DV, dk = a.DK;
   const BackwardSequence sq = a.seqs[rest / H];
   const int T = sq.length, NT = (T + kChunk - 1) / kChunk;
-  const int cw = row_copy_bytes(dk, DV);
+  const int cw = row_copy_bytes(dk, DV, int(sizeof(E)));
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* q_s = reinterpret_cast<E*>(shared_raw);  // [2][64][q_stride]
   E* o_s = q_s + 2 * L::q_tile;               // [2][64][o_stride]
@@ -112,8 +112,7 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
         for (int half = 0; half < 2; ++half) {
           const int row = warp * kSRows + 16 * mt + g + 8 * half, col = 8 * nt + 2 * t4;
           if (kBounded && row >= a.dh_rows) continue;  // the DK tile's rows past dh's (BV divides dh_cols)
-          *reinterpret_cast<std::uint32_t*>(dh + std::size_t(row) * a.dh_cols + col) =
-              Elem<E>::pack(s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
+          store_pair<E>(dh + std::size_t(row) * a.dh_cols + col, s[mt][nt][2 * half], s[mt][nt][2 * half + 1]);
         }
     // Q_c^T dO_c in fresh accumulators, added in IEEE fp32 (as the forward adds K^T V).
     float ds[kSMTiles][kNTiles][4];
@@ -127,7 +126,7 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
     const E* ot = o_s + buf * L::o_tile;
     #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      std::uint32_t of[kNTiles / 2][4];
+      typename Elem<E>::Frag of[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(of[np], ot + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::o_stride + 16 * np + 8 * (lane >> 4));

@@ -1,5 +1,6 @@
 // The backward on NVIDIA tensor cores (mma.sync m16n8k16, bf16/fp16 operands,
-// fp32 accumulation), chunk 64, every head size up to DK 256 and DV 512
+// or fp32 ones in three TF32 products; fp32 accumulation), chunk 64, every
+// head size up to DK 256 and DV 512
 // (README.md "The backward", docs/ARCHITECTURE.md "The tensor-core backward"):
 //
 //  1. state_gradient.hpp: one block per (DV block, sequence, head) walks the
@@ -76,7 +77,7 @@ inline BackwardWork backward_work(int B, std::int64_t T, const std::vector<std::
 }
 
 // Runs both kernels on `stream`. E: the inputs' and outputs' type
-// (__nv_bfloat16 or __half); SnapT: h's (E, __nv_bfloat16 or float).
+// (__nv_bfloat16, __half or float); SnapT: h's (E, __nv_bfloat16 or float).
 // args.seqs, args.chunks and dh's padding are set here; dh is allocated here.
 // compact: the whole-head chunk kernel shares one tile between h[c] and dh[c].
 template <class E, class SnapT>
@@ -96,9 +97,10 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
                        "tensor-core backward: work list upload");  // pageable: copied out before the call returns
   args.seqs = tables.as<BackwardSequence>();
   args.chunks = reinterpret_cast<const BackwardChunk*>(tables.as<unsigned char>() + seq_bytes);
-  const bool whole_head = whole_head_gradient(args.DK, args.DV);
-  args.dh_rows = gradient_rows(args.DK, args.DV);
-  args.dh_cols = gradient_cols(args.DK, args.DV);
+  constexpr bool kFp32 = detail::kFp32Tiles<E>;
+  const bool whole_head = whole_head_gradient(args.DK, args.DV, kFp32);
+  args.dh_rows = gradient_rows(args.DK, args.DV, kFp32);
+  args.dh_cols = gradient_cols(args.DK, args.DV, kFp32);
   StreamBuffer dh(work.chunks.size() * args.H * std::size_t(args.dh_rows) * args.dh_cols * sizeof(E), stream,
                   "tensor-core backward: dh");
   args.dh = dh.ptr.get();
@@ -110,7 +112,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   auto walk = [&](auto dkt, auto bvc, auto bnd) {
     constexpr int DKT = decltype(dkt)::value, BV = decltype(bvc)::value;
     detail::launch(detail::state_gradient_kernel<E, DKT, BV, decltype(bnd)::value>,
-                   detail::StateGradientLayout<DKT, BV>::bytes, static_cast<int>(walks * (args.dh_cols / BV)),
+                   detail::StateGradientLayout<E, DKT, BV>::bytes, static_cast<int>(walks * (args.dh_cols / BV)),
                    detail::kStateGradientThreads, args, stream, "tensor-core backward: state gradient");
   };
   auto with_bv = [&](auto dkt, auto bnd) {
@@ -140,15 +142,16 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     const int nvb = (args.DV + detail::kGradientBlock - 1) / detail::kGradientBlock;
     auto tiled = [&](auto bnd) {
       constexpr bool kB = decltype(bnd)::value;
-      detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB>, detail::kQueryKeyGradientBytes, chunk_heads * nkb,
+      detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB>, detail::kQueryKeyGradientBytes<E>, chunk_heads * nkb,
                      detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
-      detail::launch(detail::value_gradient_kernel<E, kB>, detail::kValueGradientBytes, chunk_heads * nvb,
+      detail::launch(detail::value_gradient_kernel<E, kB>, detail::kValueGradientBytes<E>, chunk_heads * nvb,
                      detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
     };
     if (bounded) tiled(std::true_type{});
     else tiled(std::false_type{});
     return;
   }
+  if constexpr (!kFp32) {  // the whole-head kernel: 16-bit tiles only
   auto chunks = [&](auto dk, auto dv) {
     constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
     if (!compact)
@@ -164,6 +167,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   };
   if (args.DK == 128) with_dv(std::integral_constant<int, 128>{});
   else with_dv(std::integral_constant<int, 64>{});
+  }
 }
 
 }  // namespace linattn::cuda

@@ -103,10 +103,11 @@ LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms,
 // ---- The backward's tiles (tensor_core_backward.hpp)
 
 // True when the chunk-gradient kernel that holds a whole head in shared
-// memory runs (chunk_gradient.hpp: DK and DV of 64 or 128); every other head
-// takes 64 x 64 tiles (chunk_gradient_tiled.hpp).
-LINATTN_TILE_RULE bool whole_head_gradient(int DK, int DV) {
-  return (DK == 64 || DK == 128) && (DV == 64 || DV == 128);
+// memory runs (chunk_gradient.hpp: 16-bit inputs, DK and DV of 64 or 128);
+// every other head, and every fp32 one (whose fp32 tiles of a whole head would
+// not fit), takes 64 x 64 tiles (chunk_gradient_tiled.hpp).
+LINATTN_TILE_RULE bool whole_head_gradient(int DK, int DV, bool fp32_inputs = false) {
+  return !fp32_inputs && (DK == 64 || DK == 128) && (DV == 64 || DV == 128);
 }
 
 // dh's rows and columns (the backward's scratch, the gradient of the state
@@ -114,8 +115,12 @@ LINATTN_TILE_RULE bool whole_head_gradient(int DK, int DV) {
 // that its rows are whole 16-byte copies and the 16-column steps of the
 // products need no checks; the head itself for the whole-head kernel. The
 // memory budget counts the same.
-LINATTN_TILE_RULE int gradient_rows(int DK, int DV) { return whole_head_gradient(DK, DV) ? DK : (DK + 15) / 16 * 16; }
-LINATTN_TILE_RULE int gradient_cols(int DK, int DV) { return whole_head_gradient(DK, DV) ? DV : (DV + 15) / 16 * 16; }
+LINATTN_TILE_RULE int gradient_rows(int DK, int DV, bool fp32_inputs = false) {
+  return whole_head_gradient(DK, DV, fp32_inputs) ? DK : (DK + 15) / 16 * 16;
+}
+LINATTN_TILE_RULE int gradient_cols(int DK, int DV, bool fp32_inputs = false) {
+  return whole_head_gradient(DK, DV, fp32_inputs) ? DV : (DV + 15) / 16 * 16;
+}
 
 // DV block of the reverse walks (state_gradient.hpp) over `cols` columns of
 // dh: registers cap it at 64 for a DK tile of 64, 32 for 128, 16 for 256

@@ -1,7 +1,8 @@
-// Warp-level products over 16-bit tiles in shared memory, for kernels whose
-// warps each own 16 rows of an output (the backward's chunk kernels):
-// fragment loads of mma.sync m16n8k16 operands from tiles stored either way,
-// acc += X Y over a range of k, and stores of the fp32 accumulators.
+// Warp-level products over tiles in shared memory (16-bit, or fp32 with
+// fragments of fp32 pairs: Elem<float>), for kernels whose warps each own 16
+// rows of an output (the backward's chunk kernels): fragment loads of the
+// m16n8k16 operands from tiles stored either way, acc += X Y over a range of
+// k, and stores of the fp32 accumulators.
 #pragma once
 
 #include "kernels/cuda/mma_primitives.hpp"
@@ -11,24 +12,27 @@
 
 namespace linattn::cuda::detail {
 
+template <class E>
+using FragOf = typename Elem<E>::Frag;
+
 // Operand A (16 x 16, rows m0..): from a tile stored [m][k] (a_rows), or
 // stored [k][m] (a_cols). Operand B of two 8-column tiles n0.., n0 + 8..: from
 // a tile stored [n][k] (b_rows: regs 0, 1 the first tile, 2, 3 the second), or
 // stored [k][n] (b_cols).
 template <class E>
-__device__ inline void a_rows(std::uint32_t* f, const E* t, int stride, int m0, int k0, int lane) {
+__device__ inline void a_rows(FragOf<E>* f, const E* t, int stride, int m0, int k0, int lane) {
   ldmatrix_x4(f, t + (m0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + k0 + 8 * (lane >> 4));
 }
 template <class E>
-__device__ inline void a_cols(std::uint32_t* f, const E* t, int stride, int m0, int k0, int lane) {
+__device__ inline void a_cols(FragOf<E>* f, const E* t, int stride, int m0, int k0, int lane) {
   ldmatrix_x4_trans(f, t + (k0 + (lane & 7) + 8 * (lane >> 4)) * stride + m0 + 8 * ((lane >> 3) & 1));
 }
 template <class E>
-__device__ inline void b_rows(std::uint32_t* f, const E* t, int stride, int n0, int k0, int lane) {
+__device__ inline void b_rows(FragOf<E>* f, const E* t, int stride, int n0, int k0, int lane) {
   ldmatrix_x4(f, t + (n0 + (lane & 7) + 8 * (lane >> 4)) * stride + k0 + 8 * ((lane >> 3) & 1));
 }
 template <class E>
-__device__ inline void b_cols(std::uint32_t* f, const E* t, int stride, int n0, int k0, int lane) {
+__device__ inline void b_cols(FragOf<E>* f, const E* t, int stride, int n0, int k0, int lane) {
   ldmatrix_x4_trans(f, t + (k0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * stride + n0 + 8 * (lane >> 4));
 }
 
@@ -48,12 +52,12 @@ template <class E, int kN, class LoadA, class LoadB>
 __device__ inline void mma_rows(float (&acc)[kN][4], int k_begin, int k_end, LoadA load_a, LoadB load_b,
                                 int n_pairs = kN / 2) {
   for (int k0 = k_begin; k0 < k_end; k0 += 16) {
-    std::uint32_t af[4];
+    FragOf<E> af[4];
     load_a(af, k0);
     #pragma unroll
     for (int np = 0; np < kN / 2; ++np) {
       if (np >= n_pairs) continue;
-      std::uint32_t bf[4];
+      FragOf<E> bf[4];
       load_b(bf, 16 * np, k0);
       Elem<E>::mma(acc[2 * np], af, bf[0], bf[1]);
       Elem<E>::mma(acc[2 * np + 1], af, bf[2], bf[3]);
@@ -73,8 +77,7 @@ __device__ inline void store_rows(E* out, std::size_t row_stride, const float (&
     if (r >= valid) continue;
     #pragma unroll
     for (int nt = 0; nt < kN; ++nt)
-      *reinterpret_cast<std::uint32_t*>(out + r * row_stride + col0 + 8 * nt + 2 * t4) =
-          Elem<E>::pack(acc[nt][2 * half], acc[nt][2 * half + 1]);
+      store_pair<E>(out + r * row_stride + col0 + 8 * nt + 2 * t4, acc[nt][2 * half], acc[nt][2 * half + 1]);
   }
 }
 
@@ -93,7 +96,7 @@ __device__ inline void store_rows_bounded(E* out, std::size_t row_stride, const 
       const int c = col0 + 8 * nt + 2 * t4;
       E* p = out + r * row_stride + c;
       if (pairs && c + 1 < cols) {
-        *reinterpret_cast<std::uint32_t*>(p) = Elem<E>::pack(acc[nt][2 * half], acc[nt][2 * half + 1]);
+        store_pair<E>(p, acc[nt][2 * half], acc[nt][2 * half + 1]);
       } else {
         if (c < cols) store_one(p, acc[nt][2 * half]);
         if (c + 1 < cols) store_one(p + 1, acc[nt][2 * half + 1]);
