@@ -152,7 +152,7 @@ def compare_backward(args, shapes):
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
         cmd = [args.linattn, "bench", "--backward", "--shape", s, "--dtype", args.dtype, "--gemm", args.gemm,
-               "--snapshots", "bf16", "--reps", str(args.reps), "--json", out]
+               "--snapshots", "fp32" if args.dtype == "fp32" else "bf16", "--reps", str(args.reps), "--json", out]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         with open(out) as f:

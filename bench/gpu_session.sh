@@ -40,6 +40,10 @@ for step in $steps; do
         --shape 8,4096,16,128 --shape 8,8192,16,64 --shape 8,8192,16,96 --shape 8,8192,16,60 --shape 8,8192,16,32 \
         --shape 8,8192,8,128,64 --shape 8,4096,16,64,256 \
         --json "$LOGS/compare-fla-fp32.json" 2>&1 | tee "$LOGS/compare-fla-fp32.txt" ;;
+    compare-fp32-backward)  # the backward with fp32 inputs (fp32 snapshots) beside fla's chunk_simple_gla_bwd(g=None) in fp32
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward --dtype fp32 \
+        --shape 8,4096,16,128 --shape 8,8192,16,64 --shape 4,8192,16,256 --shape 8,8192,16,96 --shape 8,8192,8,128,64 \
+        --json "$LOGS/compare-fla-fp32-backward.json" 2>&1 | tee "$LOGS/compare-fla-fp32-backward.txt" ;;
     compare-fp16)  # the same, fp16 inputs (fla keeps h in fp16, linattn in bf16: 16 bits both)
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp16 \
         --json "$LOGS/compare-fla-fp16.json" 2>&1 | tee "$LOGS/compare-fla-fp16.txt" ;;

@@ -585,6 +585,7 @@ TEST(BackwardPathChoice, Fp32InputsTakeTensorCores) {
   }
   f.output_fp32 = true;
   EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.output_fp32 = false;
   f.input = DType::f64;
   f.requested = GemmPath::tensor_core;
   EXPECT_TRUE(contains(backward_refusal_of(f), "fp16, bf16 or fp32 inputs, not fp64")) << backward_refusal_of(f);
