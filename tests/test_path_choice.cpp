@@ -319,14 +319,14 @@ TEST(PathChoice, Fp32AboveDk128WithTensorCoreIsRefused) {
   EXPECT_TRUE(contains(refusal_of(f), "fp32 inputs up to DK 128")) << refusal_of(f);
 }
 
-// fp32 tiles of a 128-row DK tile leave room for blocks of 32 columns, of a 64-row one for 128.
+// fp32 tiles of a 128-row DK tile leave room for blocks of 64 columns, of a 64-row one for 128.
 TEST(PathChoice, Fp32BlockDvWiderThanItsTilesAllowIsRefused) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.input = DType::f32;
   f.DK = 128;
+  f.block_dv = 128;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 128 is wider than DK 128 with fp32 inputs allows (64)")) << refusal_of(f);
   f.block_dv = 64;
-  EXPECT_TRUE(contains(refusal_of(f), "block_dv 64 is wider than DK 128 with fp32 inputs allows (32)")) << refusal_of(f);
-  f.block_dv = 32;
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
   f.DK = 64;
   f.block_dv = 128;

@@ -83,7 +83,8 @@ TEST(TensorCoreFp32, NormalizedMatchReference) {
     }
 }
 
-// Every block width the fp32 tiles allow (DK 64: 32, 64, 128; DK 128: 32).
+// Every block width the fp32 tiles allow (DK 64: 32, 64, 128; DK 128: 32
+// with groups of 16 columns, 64 with scores kept per group).
 TEST(TensorCoreFp32, EveryBlockWidthMatchesReference) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
   std::uint64_t seed = 3800;
@@ -91,7 +92,9 @@ TEST(TensorCoreFp32, EveryBlockWidthMatchesReference) {
                                     {plain(2, 150, 2, 64, 256), 64},
                                     {plain(2, 150, 2, 64, 256), 128},
                                     {plain(1, 150, 2, 60, 96), 128},
-                                    {plain(2, 150, 2, 128, 96), 32}}) {
+                                    {plain(2, 150, 2, 128, 96), 32},
+                                    {plain(2, 150, 2, 128, 96), 64},
+                                    {plain(1, 150, 2, 100, 60), 64}}) {
     const ProblemInputs in = random_inputs(p, DType::f32, ++seed, true);
     const ForwardConfig cfg = tensor_cores(1, block_dv, false, SnapshotMode::accumulation, false);
     SCOPED_TRACE(describe(p, cfg, DType::f32, true));

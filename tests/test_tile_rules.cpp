@@ -32,17 +32,18 @@ TEST(TileRules, WidestBlockTheDkTileAllows) {
   EXPECT_EQ(max_block_dv(256, false), 32);
 }
 
-// fp32 inputs keep fp32 tiles: 128 columns beside a 64-row DK tile, 32
+// fp32 inputs keep fp32 tiles: 128 columns beside a 64-row DK tile, 64
 // beside a 128-row one, none beside a 256-row one (its Q and K alone do not fit).
 TEST(TileRules, WidestBlockWithFp32Tiles) {
   EXPECT_EQ(max_block_dv(64, true, true), 128);
-  EXPECT_EQ(max_block_dv(128, true, true), 32);
-  EXPECT_EQ(max_block_dv(128, false, true), 32);
+  EXPECT_EQ(max_block_dv(128, true, true), 64);
+  EXPECT_EQ(max_block_dv(128, false, true), 64);
   EXPECT_EQ(max_block_dv(256, true, true), 0);
-  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132, true, true), 32);  // 16-bit: 128
+  EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132, true, true), 64);  // 16-bit: 128
+  EXPECT_EQ(choose_block_dv(8, 8, 128, 64, 132, true, true), 32);    // 64 blocks of 64: too few
   EXPECT_EQ(choose_block_dv(8, 16, 64, 128, 132, true, true), 128);
   EXPECT_EQ(choose_block_dv(8, 16, 100, 60, 132, true, true), 32);
-  EXPECT_EQ(widest_block_within(128, 32), 32);   // split sequences at the fp32 limit
+  EXPECT_EQ(widest_block_within(128, 64), 64);   // split sequences at the fp32 limit
   EXPECT_EQ(widest_block_within(128, 128), 128);
   EXPECT_EQ(widest_block_within(60, 128), 64);
 }

@@ -31,9 +31,10 @@
 // fp32 (then o is as accurate as fp32 accumulation). With 16-bit o the state
 // operand of Q S is rounded once, as fla's chunk_fwd_o reads bf16 snapshots
 // (kSplitState below).
-// fp32 inputs keep fp32 tiles in shared memory and multiply in three TF32
-// products (mma_primitives.hpp, Elem<float>): every operand, the state and
-// the scores included, keeps fp32-class accuracy without a hi/lo tile pair.
+// fp32 inputs keep fp32 tiles in shared memory and multiply in three
+// products of split operands (mma_primitives.hpp, Elem<float>): every
+// operand, the state and the scores included, keeps fp32-class accuracy
+// without a hi/lo tile pair.
 #pragma once
 
 #include "kernels/cuda/device_memory.hpp"
@@ -143,11 +144,14 @@ __device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
 constexpr int kGroupWidth = 32;  // DV columns owned by one group of 4 warps
 // The fused kernel's group width. DK 64 in blocks of 64 columns has little
 // work per warp and, as one block per SM, ran on 8 warps per SM: groups of 16
-// columns give it 16 (measured 0.510 -> 0.476 ms at 8,16384,16,64).
-template <int DK, int BV>
-constexpr int kFusedGroupWidth = DK == 64 && BV == 64 ? 16 : kGroupWidth;
-template <int DK, int BV>
-constexpr int kFusedThreads = 4 * 32 * (BV / kFusedGroupWidth<DK, BV>);  // groups of 4 warps
+// columns give it 16 (measured 0.510 -> 0.476 ms at 8,16384,16,64). fp32
+// tiles of a 128-row DK tile allow one block of 32 columns per SM: groups of
+// 16 give it 8 warps instead of 4.
+template <class E, int DK, int BV>
+constexpr int kFusedGroupWidth =
+    (DK == 64 && BV == 64) || (kFp32Tiles<E> && DK == 128 && BV == 32) ? 16 : kGroupWidth;
+template <class E, int DK, int BV>
+constexpr int kFusedThreads = 4 * 32 * (BV / kFusedGroupWidth<E, DK, BV>);  // groups of 4 warps
 
 // Normalization's key sums (kNormalize): thread x sums key columns 2p, 2p+1
 // (p = x % (DK/2)) over rows x / (DK/2), + parts, ... of a chunk's K tile;
@@ -164,7 +168,9 @@ __device__ inline float2 key_sum_part(const E* kt, int k_stride) {
   float2 acc = make_float2(0.0f, 0.0f);
   #pragma unroll 4
   for (int r = threadIdx.x / S::pairs; r < kChunk; r += S::parts) {
-    const float2 x = Elem<E>::unpack(*reinterpret_cast<const typename Elem<E>::Frag*>(kt + r * k_stride + 2 * p));
+    float2 x;  // the tile's pair of columns 2p, 2p + 1
+    if constexpr (kFp32Tiles<E>) x = *reinterpret_cast<const float2*>(kt + r * k_stride + 2 * p);
+    else x = Elem<E>::unpack(*reinterpret_cast<const std::uint32_t*>(kt + r * k_stride + 2 * p));
     acc.x += x.x;
     acc.y += x.y;
   }
@@ -229,14 +235,16 @@ struct Layout {
   static constexpr std::size_t a_offset = o_offset + std::size_t(kChunk) * o_stride * sizeof(OutT);
   // With several groups the scores tril(Q K^T) are computed once per block and
   // shared through shared memory as hi and lo 16-bit tiles [64][a_stride] (one fp32 tile).
-  static constexpr bool share_scores = BV > kFusedGroupWidth<DK, BV>;
+  // fp32 tiles of a 128-row DK tile in blocks of 64 columns leave no room for
+  // the shared scores: each group computes its own (twice the Q K^T).
+  static constexpr bool share_scores = BV > kFusedGroupWidth<E, DK, BV> && !(kFp32Tiles<E> && DK == 128 && BV == 64);
   static constexpr int a_stride = kChunk + kPadOf<E>;
   static constexpr std::size_t a_bytes =
       share_scores ? std::size_t(kFp32Tiles<E> ? 1 : 2) * kChunk * a_stride * sizeof(E) : 0;
   // With normalization, z before the chunk (two buffers of DK fp32: z_s[c & 1]) and the key-sum parts.
   static constexpr std::size_t z_offset = a_offset + a_bytes;
   static constexpr std::size_t z_bytes =
-      Normalize ? std::size_t(2 + KeySumShare<DK, kFusedThreads<DK, BV>>::parts) * DK * sizeof(float) : 0;
+      Normalize ? std::size_t(2 + KeySumShare<DK, kFusedThreads<E, DK, BV>>::parts) * DK * sizeof(float) : 0;
   static constexpr std::size_t bytes = z_offset + z_bytes;
 };
 
@@ -244,7 +252,7 @@ struct Layout {
 // rows past args.DK and the columns past args.DV are zero on chip and never
 // stored; without it the tiles hold the head exactly.
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked, bool kPad>
-__global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+__global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
   constexpr bool kSplit = kSplitState<E, OutT>;
@@ -252,8 +260,8 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
   using L = Layout<E, DK, BV, OutT, kStaged, kNormalize>;
   using Frag = typename Elem<E>::Frag;
   static_assert(L::bytes <= 232448, "the block's shared memory (tile_rules.hpp, max_block_dv)");
-  constexpr int kGW = kFusedGroupWidth<DK, BV>;
-  constexpr int kThreads = kFusedThreads<DK, BV>;
+  constexpr int kGW = kFusedGroupWidth<E, DK, BV>;
+  constexpr int kThreads = kFusedThreads<E, DK, BV>;
   constexpr int kSRows = DK / 4;  // state rows per warp of a group
   constexpr int kSMTiles = kSRows / 16;
   constexpr int kNTiles = kGW / 8;
@@ -627,19 +635,22 @@ __global__ void __launch_bounds__(kFusedThreads<DK, BV>) fused_tensor_core_kerne
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
       if (!(kSkipMasked || kShareA) || kk <= rt) {  // keys past this warp's rows contribute zero
         if constexpr (kF32) {  // the scores whole, in fp32
-          float2 af[4];
+          Frag af[4];
           if constexpr (kShareA) {
             ldmatrix_x4(af, a_hi + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::a_stride + 16 * kk + 8 * (lane >> 4));
           } else {
             #pragma unroll
             for (int r = 0; r < 4; ++r) {  // accumulator layout of two n-tiles = A-operand layout of one k-step
               const float* src = a[2 * kk + (r >> 1)] + 2 * (r & 1);
-              af[r] = make_float2(src[0], src[1]);
+              af[r] = Elem<E>::from_pair(src[0], src[1]);
             }
           }
           if constexpr (kNormalize) {
             #pragma unroll
-            for (int r = 0; r < 4; ++r) ra[r & 1] += af[r].x + af[r].y;
+            for (int r = 0; r < 4; ++r) {
+              const float2 x = Elem<E>::unpack(af[r]);
+              ra[r & 1] += x.x + x.y;
+            }
           }
           #pragma unroll
           for (int np = 0; np < kNTiles / 2; ++np) {
@@ -867,7 +878,7 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaSt
   const std::size_t bytes = Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
-  kernel<<<grid, kFusedThreads<DK, BV>, bytes, stream>>>(args);
+  kernel<<<grid, kFusedThreads<E, DK, BV>, bytes, stream>>>(args);
   check_launch(cudaGetLastError(), "fused tensor-core launch");
   }
 }

@@ -2,8 +2,9 @@
 // element types of the operand tiles and their mma.sync (fp32 accumulation),
 // ldmatrix, cp.async copies (16-byte, and 8/4-byte or element-wise for padded
 // tiles), stores of pairs and pieces, and the K^T V step of the state.
-// 16-bit tiles multiply in m16n8k16; fp32 tiles (fp32 inputs) in three TF32
-// products per product (Elem<float>), behind the same fragment interface.
+// 16-bit tiles multiply in m16n8k16; fp32 tiles (fp32 inputs) in three
+// products of split operands per product (Elem<float>), behind the same
+// fragment interface.
 // Nothing here knows a kernel's schedule (docs/ARCHITECTURE.md, "The tensor-core kernels").
 #pragma once
 
@@ -67,14 +68,23 @@ struct Elem<__half> {
   }
 };
 
-// fp32 operands (fp32 inputs). A fragment register holds the fp32 pair that a
-// 16-bit fragment register packs, at the same positions, so every kernel's
-// fragment indexing is unchanged. One m16n8k16 product is two m16n8k8 TF32
-// products, the 16 keys taken in the order 2t, 2t + 1 for the thread's
-// k = t, t + 4 (a fixed permutation of k shared by both operands, which leaves
-// the sum unchanged), each in three products of a TF32 hi + lo split
-// (hi*lo + lo*hi + hi*hi, lo*lo dropped): about 1e-7 relative instead of TF32's 3e-4
-// (docs/NUMERICS.md, "fp32 inputs on tensor cores").
+// fp32 operands (fp32 inputs). A fragment register of an fp32 tile stands
+// for the fp32 pair that a 16-bit fragment register packs, at the same
+// positions, so every kernel's fragment indexing is unchanged; products keep
+// fp32-class accuracy by splitting each operand x = hi + lo (docs/NUMERICS.md,
+// "fp32 inputs on tensor cores"). Two splits were measured on the H200
+// (BENCHMARKS.md, "fp32 inputs on tensor cores"):
+//  - default: bf16 hi + lo pairs made once per fragment (SplitPair), three
+//    m16n8k16 bf16 products (lo*hi + hi*lo + hi*hi, lo*lo dropped): about
+//    4e-6 relative per product;
+//  - LINATTN_FP32_TF32: the fp32 pairs themselves (float2), each m16n8k16
+//    product as two m16n8k8 TF32 ones (the 16 keys taken in the order 2t,
+//    2t + 1 for the thread's k = t, t + 4, one permutation of k for both
+//    operands), each operand split into TF32 hi + lo at every product, three
+//    products each: about 1e-7 relative, and slower.
+struct SplitPair {
+  std::uint32_t hi, lo;  // packed bf16 pairs: hi = round(x), lo = round(x - hi)
+};
 __device__ inline std::uint32_t to_tf32(float x) {
   std::uint32_t r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -87,9 +97,11 @@ __device__ inline void mma_tf32(float* c, const std::uint32_t* a, std::uint32_t 
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+#if defined(LINATTN_FP32_TF32)
 template <>
 struct Elem<float> {
   using Frag = float2;
+  __device__ static float2 from_pair(float x0, float x1) { return make_float2(x0, x1); }
   __device__ static float2 unpack(float2 x) { return x; }
   __device__ static void mma(float* c, const float2* a, float2 b0, float2 b1) {
     #pragma unroll
@@ -113,6 +125,27 @@ struct Elem<float> {
     }
   }
 };
+#else
+template <>
+struct Elem<float> {
+  using Frag = SplitPair;
+  __device__ static SplitPair from_pair(float x0, float x1) {
+    SplitPair r;
+    Elem<__nv_bfloat16>::split(x0, x1, r.hi, r.lo);
+    return r;
+  }
+  __device__ static float2 unpack(SplitPair x) {  // hi + lo: the pair to about 2^-17 relative
+    const float2 h = Elem<__nv_bfloat16>::unpack(x.hi), l = Elem<__nv_bfloat16>::unpack(x.lo);
+    return make_float2(h.x + l.x, h.y + l.y);
+  }
+  __device__ static void mma(float* c, const SplitPair* a, SplitPair b0, SplitPair b1) {
+    const std::uint32_t ah[4] = {a[0].hi, a[1].hi, a[2].hi, a[3].hi}, al[4] = {a[0].lo, a[1].lo, a[2].lo, a[3].lo};
+    Elem<__nv_bfloat16>::mma(c, al, b0.hi, b1.hi);  // the small terms first
+    Elem<__nv_bfloat16>::mma(c, ah, b0.lo, b1.lo);
+    Elem<__nv_bfloat16>::mma(c, ah, b0.hi, b1.hi);
+  }
+};
+#endif
 
 // Elements per 16 bytes: the unit of every copy and of the shared-row padding.
 template <class E>
@@ -160,6 +193,19 @@ __device__ inline void ldmatrix_x4_trans(float2* r, const float* p) {
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r[m].x) : "r"(row0 + 4 * (lane >> 2)));
     asm volatile("ld.shared.f32 %0, [%1];\n" : "=f"(r[m].y) : "r"(row1 + 4 * (lane >> 2)));
   }
+}
+// The same fragments split once for the bf16 products (Elem<float> by default).
+__device__ inline void ldmatrix_x4(SplitPair* r, const float* p) {
+  float2 x[4];
+  ldmatrix_x4(x, p);
+  #pragma unroll
+  for (int m = 0; m < 4; ++m) Elem<__nv_bfloat16>::split(x[m].x, x[m].y, r[m].hi, r[m].lo);
+}
+__device__ inline void ldmatrix_x4_trans(SplitPair* r, const float* p) {
+  float2 x[4];
+  ldmatrix_x4_trans(x, p);
+  #pragma unroll
+  for (int m = 0; m < 4; ++m) Elem<__nv_bfloat16>::split(x[m].x, x[m].y, r[m].hi, r[m].lo);
 }
 // 16-byte asynchronous copy; src_bytes = 0 zero-fills (rows past the end of a ragged chunk).
 __device__ inline void cp_async16(void* dst, const void* src, int src_bytes) {

@@ -32,11 +32,12 @@ LINATTN_TILE_RULE int dk_tile(int DK) { return DK < 1 ? 0 : DK <= 64 ? 64 : DK <
 // only when the block keeps one 16-bit copy of the state (one_state_tile:
 // 16-bit o, snapshots in the input type or fp32), else one group (32).
 // fp32 inputs keep fp32 tiles (twice the bytes, one fp32 copy of the state):
-// blocks of 128 fit beside a 64-row DK tile (217 KiB of 227), of 32 beside a
-// 128-row one (177 KiB; 64 would need 234), and a 256-row tile's
-// double-buffered Q and K alone (260 KiB) do not fit: 0, no block.
+// blocks of 128 fit beside a 64-row DK tile (217 KiB of 227), of 64 beside a
+// 128-row one once its groups keep their own scores instead of sharing them
+// (217 KiB; shared, 234), and a 256-row tile's double-buffered Q and K alone
+// (260 KiB) do not fit: 0, no block.
 LINATTN_TILE_RULE int max_block_dv(int dkt, bool one_state_tile, bool fp32_inputs = false) {
-  if (fp32_inputs) return dkt == 64 ? 128 : dkt == 128 ? 32 : 0;
+  if (fp32_inputs) return dkt == 64 ? 128 : dkt == 128 ? 64 : 0;
   return dkt == 256 ? (one_state_tile ? 64 : 32) : 128;
 }
 

@@ -1,0 +1,121 @@
+// Standalone timing of the tensor-core forward on fp32 inputs (fp32 tiles,
+// three TF32 products: src/kernels/cuda/mma_primitives.hpp, Elem<float>)
+// without Kokkos, for fast iteration on the kernel: o and h in fp32 (bf16 h
+// with TC_H_BF16=1), the median of `reps` runs beside the copy bandwidth of
+// the same run, and o's relative L2 on the (b=0, h=0) slice (first 512
+// tokens) against fp64. The numbers that count come from `linattn bench` and
+// bench/compare_fla.py --dtype fp32.
+//
+//   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fp32_tensor_core_bench.cu -o fp32_bench
+//   ./fp32_bench B T H DK DV [block_dv] [reps] [segments]
+#include "kernels/cuda/fused_tensor_core.hpp"
+
+#include "cuda_bench_support.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+template <class SnapT>
+static int run(int B, int T, int H, int DK, int DV, int block_dv, int reps, int segments_arg) {
+  const int NT = (T + 63) / 64;
+  const std::size_t nq = std::size_t(B) * T * H * DK, nv = std::size_t(B) * T * H * DV;
+  const std::size_t nh = std::size_t(B) * NT * H * DK * DV, ns = std::size_t(B) * H * DK * DV;
+  float *q, *k, *v, *o, *fs;
+  SnapT* h;
+  CHECK(cudaMalloc(&q, nq * 4));
+  CHECK(cudaMalloc(&k, nq * 4));
+  CHECK(cudaMalloc(&v, nv * 4));
+  CHECK(cudaMalloc(&o, nv * 4));
+  CHECK(cudaMalloc(&h, nh * sizeof(SnapT)));
+  CHECK(cudaMalloc(&fs, ns * 4));
+  fill_uniform<<<1024, 256>>>(q, nq, 1);
+  fill_uniform<<<1024, 256>>>(k, nq, 2);
+  fill_uniform<<<1024, 256>>>(v, nv, 3);
+  CHECK(cudaDeviceSynchronize());
+
+  cudaEvent_t e0, e1;
+  CHECK(cudaEventCreate(&e0));
+  CHECK(cudaEventCreate(&e1));
+  auto median_ms = [&](auto f, int n) {
+    std::vector<float> ms;
+    for (int i = 0; i < n; ++i) {
+      CHECK(cudaEventRecord(e0));
+      f();
+      CHECK(cudaEventRecord(e1));
+      CHECK(cudaEventSynchronize(e1));
+      float t = 0;
+      CHECK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return double(ms[ms.size() / 2]);
+  };
+  // copy bandwidth, same run
+  void *ca, *cb;
+  const std::size_t cbytes = std::size_t(2) << 30;
+  CHECK(cudaMalloc(&ca, cbytes));
+  CHECK(cudaMalloc(&cb, cbytes));
+  CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
+  const double copy_ms = median_ms([&] { CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice)); }, 10);
+  CHECK(cudaFree(ca));
+  CHECK(cudaFree(cb));
+  const double copy_gbps = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+  const double bytes = 4.0 * (2 * nq + 2 * nv + ns) + double(sizeof(SnapT)) * nh;
+
+  linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f};
+  int sms = 0;
+  CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+  linattn::cuda::FusedTensorCorePlan plan{};
+  auto kernel = [&] { plan = linattn::cuda::run_fused_tensor_core<float, float, SnapT>(args, block_dv, segments_arg, sms, 0); };
+  CHECK(cudaMemset(o, 0xff, nv * 4));  // poison: NaN patterns
+  kernel();
+  CHECK(cudaDeviceSynchronize());
+  std::vector<float> hq(nq), hk(nq), hv(nv), ho(nv);
+  CHECK(cudaMemcpy(hq.data(), q, nq * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hk.data(), k, nq * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(hv.data(), v, nv * 4, cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(ho.data(), o, nv * 4, cudaMemcpyDeviceToHost));
+  for (int i = 0; i < 2; ++i) kernel();
+  const double med = median_ms(kernel, reps);
+
+  const int Ts = T < 512 ? T : 512;
+  double num = 0, den = 0;
+  bool finite = true;
+  std::vector<double> qk(Ts);
+  for (int t = 0; t < Ts; ++t) {
+    for (int s = 0; s <= t; ++s) {
+      qk[s] = 0;
+      for (int d = 0; d < DK; ++d) qk[s] += double(hq[std::size_t(t) * H * DK + d]) * hk[std::size_t(s) * H * DK + d];
+    }
+    for (int j = 0; j < DV; ++j) {
+      double acc = 0;
+      for (int s = 0; s <= t; ++s) acc += qk[s] * hv[std::size_t(s) * H * DV + j];
+      const double x = ho[std::size_t(t) * H * DV + j];
+      finite = finite && std::isfinite(x);
+      num += (x - acc) * (x - acc);
+      den += acc * acc;
+    }
+  }
+  std::printf("fp32 B=%d T=%d H=%d DK=%d DV=%d h=%s block_dv=%d segments=%d: %.3f ms, %.1f%% of copy %.0f GB/s, "
+              "floor %.3f ms, o rel L2 %.2e%s\n",
+              B, T, H, DK, DV, sizeof(SnapT) == 4 ? "fp32" : "bf16", plan.block_dv, plan.segments, med,
+              100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, std::sqrt(num / den),
+              finite ? "" : " NON-FINITE");
+  return finite ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc < 6) {
+    std::fprintf(stderr, "usage: %s B T H DK DV [block_dv] [reps] [segments]\n", argv[0]);
+    return 2;
+  }
+  const int B = std::atoi(argv[1]), T = std::atoi(argv[2]), H = std::atoi(argv[3]), DK = std::atoi(argv[4]),
+            DV = std::atoi(argv[5]);
+  const int block_dv = argc > 6 ? std::atoi(argv[6]) : 0, reps = argc > 7 ? std::atoi(argv[7]) : 20;
+  const int segments = argc > 8 ? std::atoi(argv[8]) : 1;
+  if (std::getenv("TC_H_BF16")) return run<__nv_bfloat16>(B, T, H, DK, DV, block_dv, reps, segments);
+  return run<float>(B, T, H, DK, DV, block_dv, reps, segments);
+}
