@@ -42,7 +42,7 @@ TEST(TileRules, WidestBlockWithFp32Tiles) {
   EXPECT_EQ(choose_block_dv(8, 16, 128, 128, 132, true, true), 64);  // 16-bit: 128
   EXPECT_EQ(choose_block_dv(8, 8, 128, 64, 132, true, true), 32);    // 64 blocks of 64: too few
   EXPECT_EQ(choose_block_dv(8, 16, 64, 128, 132, true, true), 128);
-  EXPECT_EQ(choose_block_dv(8, 16, 100, 60, 132, true, true), 32);
+  EXPECT_EQ(choose_block_dv(8, 16, 100, 60, 132, true, true), 64);  // DV 60 in one block of 64
   EXPECT_EQ(widest_block_within(128, 64), 64);   // split sequences at the fp32 limit
   EXPECT_EQ(widest_block_within(128, 128), 128);
   EXPECT_EQ(widest_block_within(60, 128), 64);
