@@ -23,11 +23,23 @@ template <class T>
 using Tile = Kokkos::View<T**, Kokkos::LayoutRight, ScratchSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
+using DeviceView1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
+template <class T>
 using DeviceView3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using DeviceView4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using DeviceView5 = Kokkos::View<T*****, Kokkos::LayoutRight, MemSpace>;
+
+// exp on every backend (Kokkos 3.4 keeps its math functions in Experimental).
+template <class T>
+KOKKOS_INLINE_FUNCTION T kernel_exp(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::exp(x);
+#else
+  return Kokkos::Experimental::exp(x);
+#endif
+}
 
 // Pushes a named profiling region for the lifetime of the object (Kokkos 3.4
 // has no ScopedRegion; this works on every version).

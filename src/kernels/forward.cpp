@@ -2,6 +2,7 @@
 
 #include "kernels/forward_typed.hpp"
 
+#include <cmath>
 #include <stdexcept>
 
 namespace linattn {
@@ -32,18 +33,18 @@ namespace {
 
 template <class In, class Out>
 ForwardOutput with_snapshot_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
-                                 const Tensor& v, const Tensor* s0, const Tensor* z0) {
+                                 const Tensor& v, const Tensor* s0, const Tensor* z0, const Tensor* gate) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = output_dtype(q.dtype, c), sd = snapshot_dtype(q.dtype, c.snapshots);
-  if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, z0, od, sd);
-  return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, z0, od, sd);
+  if (c.snapshots == SnapshotMode::bf16) return run_forward_typed<In, Out, bf16_t>(p, c, q, k, v, s0, z0, gate, od, sd);
+  return run_forward_typed<In, Out, Acc>(p, c, q, k, v, s0, z0, gate, od, sd);
 }
 
 template <class In>
 ForwardOutput with_output_type(const Problem& p, const ForwardConfig& c, const Tensor& q, const Tensor& k,
-                               const Tensor& v, const Tensor* s0, const Tensor* z0) {
-  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, q, k, v, s0, z0);
-  return with_snapshot_type<In, In>(p, c, q, k, v, s0, z0);
+                               const Tensor& v, const Tensor* s0, const Tensor* z0, const Tensor* gate) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, q, k, v, s0, z0, gate);
+  return with_snapshot_type<In, In>(p, c, q, k, v, s0, z0, gate);
 }
 
 }  // namespace
@@ -75,8 +76,26 @@ void check_initial_rows(const Problem& p, const ForwardConfig& config, const Ten
   }
 }
 
+void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gate) {
+  if (config.gate == GateKind::none) {
+    if (gate) throw std::invalid_argument("a gate tensor was given, but the configuration has no gate");
+    return;
+  }
+  const char* name = gate_dataset_name(config.gate);
+  if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
+  if (config.normalize)
+    throw std::invalid_argument(std::string("normalize with a gate ('") + name +
+                                "') is refused: flash-linear-attention has no such mode");
+  require_shape(*gate, gate_shape(p, config.gate), name);
+  const std::vector<double> g = gate->to_double();
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (!(g[i] <= 0.0) || !std::isfinite(g[i]))
+      throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(i) + " is " +
+                                  std::to_string(g[i]) + ": log-decays must be finite and <= 0");
+}
+
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
+                          const Tensor& v, const Tensor* initial_state, const Tensor* initial_z, const Tensor* gate) {
   check_forward(p, config, q.dtype);
   require_shape(q, p.qk_shape(), "q");
   require_shape(k, p.qk_shape(), "k");
@@ -85,14 +104,15 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
     throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
                                 dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
   check_initial_rows(p, config, initial_state, initial_z);
+  check_gate(p, config, gate);
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
     throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");
   switch (q.dtype) {
-    case DType::f16: return with_output_type<fp16_t>(p, config, q, k, v, initial_state, initial_z);
-    case DType::bf16: return with_output_type<bf16_t>(p, config, q, k, v, initial_state, initial_z);
-    case DType::f32: return with_output_type<float>(p, config, q, k, v, initial_state, initial_z);
-    case DType::f64: return with_output_type<double>(p, config, q, k, v, initial_state, initial_z);
+    case DType::f16: return with_output_type<fp16_t>(p, config, q, k, v, initial_state, initial_z, gate);
+    case DType::bf16: return with_output_type<bf16_t>(p, config, q, k, v, initial_state, initial_z, gate);
+    case DType::f32: return with_output_type<float>(p, config, q, k, v, initial_state, initial_z, gate);
+    case DType::f64: return with_output_type<double>(p, config, q, k, v, initial_state, initial_z, gate);
   }
   throw std::invalid_argument("unsupported dtype");
 }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "core/variant.hpp"
@@ -33,6 +34,9 @@ struct ForwardConfig {
   int team_size = 0;          // 0: Kokkos::AUTO
   bool poison_outputs = false;  // fill device outputs with NaN first, so that an unwritten element shows
   bool normalize = false;       // fla's normalize=True: o / (scale q . (z0 + cumsum k) + 1e-10), z_state returned
+  // Levels 2 and 3 (core/gate.hpp): run_forward then takes the gate's
+  // log-decays (g_gamma [H] or g [B, T, H], any float dtype, every value <= 0).
+  GateKind gate = GateKind::none;
 };
 
 struct ForwardOutput {
@@ -61,11 +65,18 @@ void check_forward(const Problem& p, const ForwardConfig& config, DType input);
 void check_initial_rows(const Problem& p, const ForwardConfig& config, const Tensor* initial_state,
                         const Tensor* initial_z);
 
+// The gate's checks: present exactly when config.gate says so, of its
+// shape, every value finite and <= 0 (std::invalid_argument naming the first
+// offending index otherwise); a gate with normalize is refused.
+void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gate);
+
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.
 // initial_state is [N, H, DK, DV] and initial_z [N, H, DK] (N = B for a plain
-// batch, the number of sequences for a packed one); initial_z needs normalize.
+// batch, the number of sequences for a packed one); initial_z needs normalize;
+// gate: the log-decays of config.gate (check_gate).
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
-                          const Tensor& v, const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr);
+                          const Tensor& v, const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr,
+                          const Tensor* gate = nullptr);
 
 }  // namespace linattn

@@ -39,6 +39,15 @@ DeviceView4<T> upload4(const char* label, const Tensor& t) {
 }
 
 template <class T>
+DeviceView1<T> upload1(const char* label, const Tensor& t) {
+  DeviceView1<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0]);
+  Kokkos::View<const T*, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hv(
+      t.data<T>(), t.shape[0]);
+  Kokkos::deep_copy(d, hv);
+  return d;
+}
+
+template <class T>
 DeviceView3<T> upload3(const char* label, const Tensor& t) {
   DeviceView3<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
                    t.shape[2]);
@@ -80,7 +89,7 @@ void download(Tensor& t, const DeviceView5<T>& d) {
 template <class In, class Out, class Snap>
 ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
                                 const Tensor& v, const Tensor* initial_state, const Tensor* initial_z,
-                                DType out_dtype, DType snap_dtype) {
+                                const Tensor* gate, DType out_dtype, DType snap_dtype) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType acc_dtype = accumulation_dtype(q.dtype);
   ForwardOutput out;
@@ -93,6 +102,8 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
   DeviceView3<Acc> z0, z_state;
   if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
+  if (gate && config.gate == GateKind::per_token) views.g = upload3<Acc>("linattn::g", converted(*gate, acc_dtype));
+  if (gate && config.gate == GateKind::per_head) views.g_gamma = upload1<Acc>("linattn::g_gamma", converted(*gate, acc_dtype));
   const auto N = p.num_sequences();
   DeviceView4<Out> o(Kokkos::view_alloc(std::string("linattn::o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
   DeviceView4<Acc> fs(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing), N, p.H,

@@ -1,5 +1,5 @@
 // The device Views of one forward run. Empty Views mean "absent": no initial
-// state (start from zero) or no snapshots stored.
+// state (start from zero), no snapshots stored, no gate (level 1).
 #pragma once
 
 #include "kernels/execution.hpp"
@@ -18,6 +18,11 @@ struct ForwardViews {
   DeviceView4<Out> o;                         // [B, T, H, DV]
   DeviceView5<Snap> h;                        // [B, NT, H, DK, DV] or empty
   DeviceView4<Acc> final_state;               // [B, H, DK, DV]
+  // The gate (core/gate.hpp), at most one of them, in Acc: log-decays g <= 0.
+  DeviceView3<const Acc> g;                   // [B, T, H] (per token) or empty
+  DeviceView1<const Acc> g_gamma;             // [H] (per head) or empty
+
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
 };
 
 }  // namespace linattn

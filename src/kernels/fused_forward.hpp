@@ -25,8 +25,11 @@ struct FusedForward : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
-    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
+  // Gated runs add the chunk's cumulative log-decays b (1 x C).
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
+    if (gated) tiles.push_back({1, p.chunk});
+    return tile_bytes<Acc>(tiles);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -35,6 +38,7 @@ struct FusedForward : KernelShape, BlockPlan {
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
     const bool store_snapshots = views.h.extent(0) > 0;
 
     load_state(m, S, views.initial_state, n, h, d0);
@@ -45,10 +49,11 @@ struct FusedForward : KernelShape, BlockPlan {
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
       if (store_snapshots) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);  // h[c] = state before chunk c
+      const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, t0, L, h);
       m.team_barrier();
-      chunk_output(m, gemm, scale, Q, K, V, S, A, O);  // from S_prev
+      chunk_output(m, gemm, scale, Q, K, V, S, A, O, decay);  // from S_prev
       store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
-      state_update(m, gemm, K, V, S);  // after the output: the right shift
+      state_update(m, gemm, K, V, S, decay);  // after the output: the right shift
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
@@ -59,7 +64,8 @@ ScratchPlan run_fused(const Problem& p, const Views& views, const SequenceMap& s
                       int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::fused");
   using Kernel = FusedForward<Views>;
-  const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
+  const ScratchPlan plan =
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, views.gated()); });
   const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
                       gemm};
   const int league = static_cast<int>(kernel.num_blocks * p.num_sequences() * p.H);

@@ -28,8 +28,10 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
   SequenceMap seqs;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
-    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}});
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}};
+    if (gated) tiles.push_back({1, p.chunk});
+    return tile_bytes<Acc>(tiles);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -37,6 +39,7 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
     load_state(m, S, views.initial_state, n, h, d0);
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
@@ -44,8 +47,9 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
       store_snapshot(m, snapshots, S, seq.h_b, seq.h_c0 + c, h, d0);
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
+      const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, t0, L, h);
       m.team_barrier();
-      state_update(m, gemm, K, V, S);
+      state_update(m, gemm, K, V, S, decay);
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
@@ -61,8 +65,10 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
-    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
+    if (gated) tiles.push_back({1, p.chunk});
+    return tile_bytes<Acc>(tiles);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -76,13 +82,15 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
     const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     load_snapshot(m, S, snapshots, seq.h_b, seq.h_c0 + c, h, d0);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
+    const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, t0, L, h);
     m.team_barrier();
-    chunk_output(m, gemm, scale, Q, K, V, S, A, O);
+    chunk_output(m, gemm, scale, Q, K, V, S, A, O, decay);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
   }
 };
@@ -94,13 +102,14 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
   using OutputPass = MaterializedOutputPass<Views, Snapshots>;
   using Acc = typename Views::acc_type;
   // One block width for both kernels, sized by the larger (output) pass.
-  const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w); });
+  const ScratchPlan plan =
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w, views.gated()); });
   const KernelShape shape = kernel_shape(p);
   const BlockPlan blocks = block_plan(plan, p.DV);
   const int num_blocks = blocks.num_blocks;
   {
     ScopedRegion region("linattn::materialized::states");
-    const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv);
+    const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv, views.gated());
     const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
     const StatePass kernel{shape, {blocks.block_dv, num_blocks, level}, views, snapshots, seqs, gemm};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);

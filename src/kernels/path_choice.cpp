@@ -49,6 +49,7 @@ std::string tensor_core_refusal(const PathFacts& f) {
     return std::string("the tensor-core kernel needs the CUDA backend, and the kernels run on ") +
            (f.backend == Backend::host ? "the host" : "another device");
   if (f.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
+  if (f.gated) return "the tensor-core kernel does not take a decay gate yet (the TeamPolicy kernels do)";
   if (f.input != DType::f16 && f.input != DType::bf16 && f.input != DType::f32)
     return std::string("the tensor-core kernel takes fp16, bf16 or fp32 inputs, not ") + dtype_name(f.input);
   if (!tensor_core_shape(f))
@@ -73,6 +74,7 @@ std::string tensor_core_refusal(const PathFacts& f) {
 std::string register_refusal(const PathFacts& f) {
   if (f.variant != Variant::fused && f.variant != Variant::materialized)
     return "only the fused and materialized variants have register-blocked kernels";
+  if (f.gated) return "the register-blocked kernels do not take a decay gate yet (the TeamPolicy kernels do)";
   return f.register_plan_refusal;
 }
 

@@ -41,6 +41,9 @@ struct PathFacts {
   // snapshots not staged in a second tile: not bf16 h of fp16 inputs); a
   // 256-row DK tile then allows blocks of 64 columns (cuda/tile_rules.hpp).
   bool one_state_tile = true;
+  // A decay gate (levels 2 and 3, core/gate.hpp): the TeamPolicy kernels'
+  // chunk steps take it; the register-blocked and tensor-core kernels do not yet.
+  bool gated = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types and this shape; otherwise its reason.
   std::string register_plan_refusal;

@@ -25,8 +25,10 @@ struct RecomputeForward : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
-    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}});
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
+    if (gated) tiles.push_back({1, p.chunk});
+    return tile_bytes<Acc>(tiles);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -40,15 +42,17 @@ struct RecomputeForward : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
 
-    // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk of the sequence is full).
+    // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk of the sequence is full; gated: each decayed).
     load_state(m, S, views.initial_state, n, h, d0);
     for (int cp = 0; cp < c; ++cp) {
       m.team_barrier();
       load_token_tile(m, K, views.k, b, seq.t0 + cp * C, C, h, 0, DK);
       load_token_tile(m, V, views.v, b, seq.t0 + cp * C, C, h, d0, W);
+      const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, seq.t0 + cp * C, C, h);
       m.team_barrier();
-      state_update(m, gemm, K, V, S);
+      state_update(m, gemm, K, V, S, decay);
     }
     m.team_barrier();
     const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
@@ -56,12 +60,14 @@ struct RecomputeForward : KernelShape, BlockPlan {
     load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
     load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
     if (views.h.extent(0) > 0) store_snapshot(m, views.h, S, seq.h_b, seq.h_c0 + c, h, d0);
+    m.team_barrier();  // every thread is done with the last prefix chunk's b
+    const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, t0, L, h);
     m.team_barrier();
     // (2) + (3): O = scale (Q S + tril(Q K^T) V).
-    chunk_output(m, gemm, scale, Q, K, V, S, A, O);
+    chunk_output(m, gemm, scale, Q, K, V, S, A, O, decay);
     store_token_tile(m, views.o, O, b, t0, L, h, d0, W);
     if (c == seq.num_chunks - 1) {  // the last chunk's team owns the final state
-      state_update(m, gemm, K, V, S);
+      state_update(m, gemm, K, V, S, decay);
       store_state(m, views.final_state, S, n, h, d0);
     }
   }
@@ -72,7 +78,8 @@ ScratchPlan run_recompute(const Problem& p, const Views& views, const SequenceMa
                           int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::recompute");
   using Kernel = RecomputeForward<Views>;
-  const ScratchPlan plan = plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w); });
+  const ScratchPlan plan =
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, views.gated()); });
   const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
                       gemm};
   const int league = static_cast<int>(seqs.total_chunks * kernel.num_blocks * p.H);

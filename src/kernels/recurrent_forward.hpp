@@ -1,5 +1,5 @@
 // The `recurrent` variant (README.md "The math", first two lines): token by token,
-// S += k_t v_t^T, then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
+// S += k_t v_t^T (gated: S = exp(g_t) S + k_t v_t^T), then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
 // FLOPs per head, no tile products): for decode-style workloads and short
 // sequences. League over (DV block, sequence*head); each thread of the team
 // owns a range of columns of the state strip S[:, dv block] (team scratch)
@@ -39,6 +39,7 @@ struct RecurrentForward : KernelShape, BlockPlan {
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> S(m.team_scratch(level), DK, W), Vt(m.team_scratch(level), 1, W), Ot(m.team_scratch(level), 1, W);
     const bool has_s0 = views.initial_state.extent(0) > 0, store_snapshots = views.h.extent(0) > 0;
+    const bool gated = views.gated();
     const int width = host_execution ? (W + m.team_size() - 1) / m.team_size() : 1;  // columns per thread
     const int ranges = (W + width - 1) / width;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, ranges), [&](const int r) {
@@ -56,12 +57,24 @@ struct RecurrentForward : KernelShape, BlockPlan {
           v[j] = to_acc<Acc>(views.v(b, t, h, d0 + j));
           o[j] = Acc(0);
         }
-        for (int i = 0; i < DK; ++i) {
-          const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));
-          Acc* Si = &S(i, 0);
-          for (int j = j0; j < j1; ++j) {
-            Si[j] += ki * v[j];  // S += k v^T, then the readout sees it
-            o[j] += qi * Si[j];
+        if (gated) {  // S = a_t S + k v^T, a_t = exp(g_t)
+          const Acc a = kernel_exp(views.g.extent(0) > 0 ? views.g(b, t, h) : views.g_gamma(h));
+          for (int i = 0; i < DK; ++i) {
+            const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));
+            Acc* Si = &S(i, 0);
+            for (int j = j0; j < j1; ++j) {
+              Si[j] = a * Si[j] + ki * v[j];
+              o[j] += qi * Si[j];
+            }
+          }
+        } else {
+          for (int i = 0; i < DK; ++i) {
+            const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));
+            Acc* Si = &S(i, 0);
+            for (int j = j0; j < j1; ++j) {
+              Si[j] += ki * v[j];  // S += k v^T, then the readout sees it
+              o[j] += qi * Si[j];
+            }
           }
         }
         for (int j = j0; j < j1; ++j) views.o(b, t, h, d0 + j) = from_acc<Out>(scale * o[j]);

@@ -30,6 +30,9 @@ struct VariantRun {
 // Runs the variant on `choice`'s path (choose_path_here's answer, not refused).
 template <class Views>
 VariantRun run_variant_on(const Problem& p, const ForwardConfig& config, const Views& views, const PathChoice& choice) {
+  // A gate is data: a configuration that names one without the views holding it would run level 1.
+  if ((config.gate != GateKind::none) != views.gated())
+    throw std::logic_error("run_variant: the configuration's gate and the views' gate disagree");
   VariantRun run;
   run.gemm = choice.path;
   if (choice.path == GemmPath::tensor_core) {

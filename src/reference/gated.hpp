@@ -12,6 +12,7 @@
 // decays of one sequence never reach another.
 #pragma once
 
+#include "core/gate.hpp"
 #include "reference/backward.hpp"
 #include "reference/references.hpp"
 
@@ -19,7 +20,7 @@
 
 namespace linattn::reference {
 
-enum class GateKind { none, per_head, per_token };
+using linattn::GateKind;  // core/gate.hpp
 
 struct Gate {
   GateKind kind = GateKind::none;

@@ -1,0 +1,28 @@
+// The decay gates of levels 2 and 3 (README.md, "Gated levels"): log-decays
+// g <= 0 per head (RetNet: g_gamma [H]) or per token and head (Mamba-2:
+// g [B, T, H]); level 1 is the gate `none`. Its own header so that the
+// kernels, the I/O and the references name the kinds alike.
+#pragma once
+
+#include "core/problem.hpp"
+
+#include <cstdint>
+#include <vector>
+
+namespace linattn {
+
+enum class GateKind { none, per_head, per_token };
+
+// The gate's dataset name: "g_gamma", "g" ("none" for none).
+inline const char* gate_dataset_name(GateKind k) {
+  return k == GateKind::per_head ? "g_gamma" : k == GateKind::per_token ? "g" : "none";
+}
+
+// Its shape for problem p: [H] or [B, T, H] (empty for none).
+inline std::vector<std::int64_t> gate_shape(const Problem& p, GateKind k) {
+  if (k == GateKind::per_head) return {p.H};
+  if (k == GateKind::per_token) return {p.B, p.T, p.H};
+  return {};
+}
+
+}  // namespace linattn
