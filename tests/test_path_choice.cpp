@@ -306,6 +306,20 @@ TEST(PathChoice, PackedWithTensorCoreRuns) {
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
+// Gates (levels 2 and 3) run on the TeamPolicy kernels of host backends only, for now.
+TEST(PathChoice, GatesRunOnHostTilesAndAreRefusedElsewhere) {
+  PathFacts f = on_host();
+  f.gated = true;
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
+  f.requested = GemmPath::kokkos_kernels;
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+  f.requested = GemmPath::registers;
+  EXPECT_TRUE(contains(refusal_of(f), "do not take a decay gate yet")) << refusal_of(f);
+  PathFacts g = on_cuda();
+  g.gated = true;
+  EXPECT_TRUE(contains(refusal_of(g), "not yet validated on the CUDA backend")) << refusal_of(g);
+}
+
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.input = DType::f64;
