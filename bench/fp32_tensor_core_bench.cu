@@ -36,33 +36,7 @@ static int run(int B, int T, int H, int DK, int DV, int block_dv, int reps, int 
   fill_uniform<<<1024, 256>>>(v, nv, 3);
   CHECK(cudaDeviceSynchronize());
 
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  auto median_ms = [&](auto f, int n) {
-    std::vector<float> ms;
-    for (int i = 0; i < n; ++i) {
-      CHECK(cudaEventRecord(e0));
-      f();
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
-    return double(ms[ms.size() / 2]);
-  };
-  // copy bandwidth, same run
-  void *ca, *cb;
-  const std::size_t cbytes = std::size_t(2) << 30;
-  CHECK(cudaMalloc(&ca, cbytes));
-  CHECK(cudaMalloc(&cb, cbytes));
-  CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
-  const double copy_ms = median_ms([&] { CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice)); }, 10);
-  CHECK(cudaFree(ca));
-  CHECK(cudaFree(cb));
-  const double copy_gbps = 2.0 * cbytes / (copy_ms * 1e-3) / 1e9;
+  const double copy_gbps = copy_bandwidth_gbps();  // same run
   const double bytes = 4.0 * (2 * nq + 2 * nv + ns) + double(sizeof(SnapT)) * nh;
 
   linattn::cuda::FusedTensorCoreArgs args{q, k, v, nullptr, o, h, fs, B, T, H, DK, DV, 1.0f};
@@ -79,30 +53,15 @@ static int run(int B, int T, int H, int DK, int DV, int block_dv, int reps, int 
   CHECK(cudaMemcpy(hv.data(), v, nv * 4, cudaMemcpyDeviceToHost));
   CHECK(cudaMemcpy(ho.data(), o, nv * 4, cudaMemcpyDeviceToHost));
   for (int i = 0; i < 2; ++i) kernel();
-  const double med = median_ms(kernel, reps);
+  const std::vector<float> ms = event_times_ms(kernel, reps);
+  const double med = ms[ms.size() / 2];
 
-  const int Ts = T < 512 ? T : 512;
-  double num = 0, den = 0;
   bool finite = true;
-  std::vector<double> qk(Ts);
-  for (int t = 0; t < Ts; ++t) {
-    for (int s = 0; s <= t; ++s) {
-      qk[s] = 0;
-      for (int d = 0; d < DK; ++d) qk[s] += double(hq[std::size_t(t) * H * DK + d]) * hk[std::size_t(s) * H * DK + d];
-    }
-    for (int j = 0; j < DV; ++j) {
-      double acc = 0;
-      for (int s = 0; s <= t; ++s) acc += qk[s] * hv[std::size_t(s) * H * DV + j];
-      const double x = ho[std::size_t(t) * H * DV + j];
-      finite = finite && std::isfinite(x);
-      num += (x - acc) * (x - acc);
-      den += acc * acc;
-    }
-  }
+  const double o_l2 = slice_o_rel_l2(hq, hk, hv, ho, T, H, DK, DV, finite);
   std::printf("fp32 B=%d T=%d H=%d DK=%d DV=%d h=%s block_dv=%d segments=%d: %.3f ms, %.1f%% of copy %.0f GB/s, "
               "floor %.3f ms, o rel L2 %.2e%s\n",
               B, T, H, DK, DV, sizeof(SnapT) == 4 ? "fp32" : "bf16", plan.block_dv, plan.segments, med,
-              100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, std::sqrt(num / den),
+              100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, o_l2,
               finite ? "" : " NON-FINITE");
   return finite ? 0 : 1;
 }

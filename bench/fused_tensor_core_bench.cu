@@ -64,29 +64,7 @@ int main(int argc, char** argv) {
   fill_uniform<<<1024, 256>>>(v, nv, 3);
   CHECK(cudaDeviceSynchronize());
 
-  // copy bandwidth, same run
-  cudaEvent_t e0, e1;
-  CHECK(cudaEventCreate(&e0));
-  CHECK(cudaEventCreate(&e1));
-  void *ca, *cb;
-  const std::size_t cbytes = std::size_t(2) << 30;
-  CHECK(cudaMalloc(&ca, cbytes));
-  CHECK(cudaMalloc(&cb, cbytes));
-  CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
-  std::vector<float> cms;
-  for (int i = 0; i < 10; ++i) {
-    CHECK(cudaEventRecord(e0));
-    CHECK(cudaMemcpy(cb, ca, cbytes, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float t = 0;
-    CHECK(cudaEventElapsedTime(&t, e0, e1));
-    cms.push_back(t);
-  }
-  CHECK(cudaFree(ca));
-  CHECK(cudaFree(cb));
-  std::sort(cms.begin(), cms.end());
-  const double copy_gbps = 2.0 * cbytes / (cms[cms.size() / 2] * 1e-3) / 1e9;
+  const double copy_gbps = copy_bandwidth_gbps();  // same run
   const double bytes = 2.0 * (2 * nq + 2 * nv + nh) + 4.0 * ns;
   const std::vector<float> hq = to_host(q, nq), hk = to_host(k, nq), hv = to_host(v, nv);
 
@@ -152,38 +130,11 @@ int main(int argc, char** argv) {
     CHECK(cudaMemcpy(hfs.data(), fs, ns * 4, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 2; ++i) run();
     CHECK(cudaDeviceSynchronize());
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      CHECK(cudaEventRecord(e0));
-      run();
-      CHECK(cudaEventRecord(e1));
-      CHECK(cudaEventSynchronize(e1));
-      float t = 0;
-      CHECK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    std::sort(ms.begin(), ms.end());
+    const std::vector<float> ms = event_times_ms(run, reps);
     const double med = ms[ms.size() / 2];
-
     // accuracy on the (b=0, h=0) slice, first min(T, 512) tokens, against fp64
-    const int Ts = T < 512 ? T : 512;
-    double num = 0, den = 0;
     bool finite = true;
-    std::vector<double> qk(Ts);
-    for (int t = 0; t < Ts; ++t) {
-      for (int s2 = 0; s2 <= t; ++s2) {
-        qk[s2] = 0;
-        for (int d = 0; d < DK; ++d) qk[s2] += double(hq[std::size_t(t) * H * DK + d]) * hk[std::size_t(s2) * H * DK + d];
-      }
-      for (int j = 0; j < DV; ++j) {
-        double acc = 0;
-        for (int s2 = 0; s2 <= t; ++s2) acc += qk[s2] * hv[std::size_t(s2) * H * DV + j];
-        const double x = ho[std::size_t(t) * H * DV + j];
-        finite = finite && std::isfinite(x);
-        num += (x - acc) * (x - acc);
-        den += acc * acc;
-      }
-    }
+    const double o_l2 = slice_o_rel_l2(hq, hk, hv, ho, T, H, DK, DV, finite);
     // o, every snapshot and the final state, against the mma.sync kernel's (relative L2)
     auto rel_l2 = [&](const std::vector<float>& x, const std::vector<float>& ref) {
       double n2 = 0, d2 = 0;
@@ -215,7 +166,7 @@ int main(int argc, char** argv) {
     std::printf("%-8s B=%d T=%d H=%d DK=%d DV=%d block_dv=%d segments=%d: %.3f ms (min %.3f), %.0f GB/s, %.1f%% of copy %.0f GB/s, "
                 "floor %.3f ms, o rel L2 %.2e, o / h / final state rel L2 to mma.sync %.1e / %.1e / %.1e, hash %016llx%s\n",
                 kernel, B, T, H, DK, DV, used, segments, med, ms[0], bytes / (med * 1e-3) / 1e9,
-                100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, std::sqrt(num / den),
+                100.0 * bytes / (med * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, o_l2,
                 odiff, hdiff, fdiff, static_cast<unsigned long long>(hash), finite ? "" : " NON-FINITE");
   }
   return 0;

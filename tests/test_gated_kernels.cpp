@@ -11,6 +11,7 @@
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
+#include "gate_cases.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
 #include "reference/gated.hpp"
@@ -18,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -41,31 +41,8 @@ Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t H, std::in
   return p;
 }
 
-struct TestGate {
-  std::string name;
-  GateKind kind;
-  std::vector<double> values;  // g_gamma [H] or g [B, T, H]
-};
-
-std::vector<double> uniform_values(std::size_t n, double lo, double hi, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(lo, hi);
-  std::vector<double> x(n);
-  for (double& e : x) do e = uniform(rng); while (e == 0.0);
-  return x;
-}
-
-// RetNet's gammas 1 - 2^(-5-h) as log-decays, and per-token decays strong,
-// weak (close to level 1) and moderate.
-std::vector<TestGate> gates(const Problem& p, std::uint64_t seed) {
-  std::vector<double> gamma(static_cast<std::size_t>(p.H));
-  for (std::int64_t h = 0; h < p.H; ++h) gamma[h] = std::log1p(-std::exp2(-5.0 - static_cast<double>(h)));
-  const std::size_t n = static_cast<std::size_t>(p.B * p.T * p.H);
-  return {{"RetNet gammas", GateKind::per_head, gamma},
-          {"strong g in [-5, -1]", GateKind::per_token, uniform_values(n, -5.0, -1.0, seed)},
-          {"weak g near -1e-4", GateKind::per_token, uniform_values(n, -1.5e-4, -0.5e-4, seed + 1)},
-          {"moderate g in [-0.5, -0.01]", GateKind::per_token, uniform_values(n, -0.5, -0.01, seed + 2)}};
-}
+using TestGate = testing::GateCase;
+using testing::gate_cases;
 
 reference::Gate reference_gate(const TestGate& g) {
   return g.kind == GateKind::per_head ? reference::Gate::per_head(g.values) : reference::Gate::per_token(g.values);
@@ -128,7 +105,7 @@ TEST(GatedKernels, EveryVariantPathAndTypeMatchesReference) {
                               problem(1, 70, 3, 12, 8, 16)};
   std::uint64_t seed = 27000;
   for (const Problem& p : problems)
-    for (const TestGate& g : gates(p, seed))
+    for (const TestGate& g : gate_cases(p, seed))
       for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent})
         for (GemmPath path : paths())
           for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16})
@@ -166,7 +143,7 @@ TEST(GatedKernels, ZeroGateGivesLevelOneBits) {
 TEST(GatedKernels, IgnoringTheGateIsCaught) {
   SKIP_WITHOUT_GATES();
   const Problem p = problem(1, 200, 2, 16, 16, 64);
-  const TestGate g = gates(p, 27600)[3];
+  const TestGate g = gate_cases(p, 27600)[3];
   const ProblemInputs in = random_inputs(p, DType::f64, 27601, false);
   ForwardConfig cfg;
   const ForwardOutput level1 = run_forward(p, cfg, in.q, in.k, in.v);

@@ -5,6 +5,7 @@
 // dg_gamma included) matches central differences of the fp64 forward.
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
+#include "gate_cases.hpp"
 #include "reference/gated.hpp"
 
 #include <gtest/gtest.h>
@@ -24,25 +25,12 @@ namespace {
 using reference::Gate;
 using reference::GateKind;
 
-// Uniform in [lo, hi), redrawn when exactly zero (a zero would hide a term).
-std::vector<double> uniform_values(std::size_t n, double lo, double hi, std::uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<double> uniform(lo, hi);
-  std::vector<double> x(n);
-  for (double& e : x) do e = uniform(rng); while (e == 0.0);
-  return x;
-}
+using testing::uniform_values;
 
-// RetNet's per-head decays gamma_h = 1 - 2^(-5-h), as log-decays.
-Gate retnet_gammas(std::int64_t H) {
-  std::vector<double> g(static_cast<std::size_t>(H));
-  for (std::int64_t h = 0; h < H; ++h) g[h] = std::log1p(-std::exp2(-5.0 - static_cast<double>(h)));
-  return Gate::per_head(g);
-}
+Gate retnet_gammas(std::int64_t H) { return Gate::per_head(testing::retnet_log_gammas(H)); }
 
-// One g per token and head, uniform in [lo, hi] (both <= 0).
 Gate per_token(const Problem& p, double lo, double hi, std::uint64_t seed) {
-  return Gate::per_token(uniform_values(static_cast<std::size_t>(p.B * p.T * p.H), lo, hi, seed));
+  return Gate::per_token(testing::per_token_log_decays(p, lo, hi, seed));
 }
 
 struct NamedGate {
@@ -50,14 +38,13 @@ struct NamedGate {
   Gate gate;
 };
 
-// The decays every agreement test runs: RetNet's gammas, strong per-token
-// decay (the state forgets within a few tokens), weak (close to level 1), and
-// one in between.
+// testing::gate_cases as reference gates.
 std::vector<NamedGate> gates(const Problem& p, std::uint64_t seed) {
-  return {{"RetNet gammas", retnet_gammas(p.H)},
-          {"strong g in [-5, -1]", per_token(p, -5.0, -1.0, seed)},
-          {"weak g near -1e-4", per_token(p, -1.5e-4, -0.5e-4, seed + 1)},
-          {"moderate g in [-0.5, -0.01]", per_token(p, -0.5, -0.01, seed + 2)}};
+  std::vector<NamedGate> out;
+  for (testing::GateCase& c : testing::gate_cases(p, seed))
+    out.push_back({c.name, c.kind == GateKind::per_head ? Gate::per_head(std::move(c.values))
+                                                        : Gate::per_token(std::move(c.values))});
+  return out;
 }
 
 // One problem's fp64 inputs, gate and output gradients, seeded.

@@ -6,6 +6,7 @@
 
 #include "core/problem.hpp"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -23,6 +24,14 @@ inline std::vector<std::int64_t> gate_shape(const Problem& p, GateKind k) {
   if (k == GateKind::per_head) return {p.H};
   if (k == GateKind::per_token) return {p.B, p.T, p.H};
   return {};
+}
+
+// The index of the first value that is not a finite log-decay <= 0 (NaN,
+// Inf, positive), or -1: the one check every reader of a gate makes.
+inline std::int64_t first_bad_log_decay(const std::vector<double>& g) {
+  for (std::size_t i = 0; i < g.size(); ++i)
+    if (!(g[i] <= 0.0) || !std::isfinite(g[i])) return static_cast<std::int64_t>(i);
+  return -1;
 }
 
 }  // namespace linattn

@@ -12,18 +12,18 @@
 
 namespace linattn {
 
-// b of the chunk in a 1 x C scratch tile, and whether a gate exists at all
-// (level 1: `on` false, b unused, and every step is the level-1 step).
+// b of the chunk in a 3 x C scratch tile (kDecayRows) with the factors
+// that depend on one token only, computed once per chunk, and whether a gate
+// exists at all (level 1: `on` false, b unused, every step the level-1 step).
+constexpr int kDecayRows = 3;
 template <class Acc>
 struct ChunkDecay {
-  Tile<Acc> b;  // b(0, i), i < L; tokens past L repeat b(0, L - 1)
+  Tile<Acc> b;  // b(0, i) = b_i, b(1, i) = exp(b_i), b(2, i) = exp(b_L - b_i), i < L; tokens past L repeat L - 1's
   int L = 0;    // the chunk's tokens
   bool on = false;
-
-  KOKKOS_INLINE_FUNCTION Acc last() const { return b(0, L - 1); }
 };
 
-// Fills d.b for the tokens t0 .. t0 + L - 1 of batch row bb, head h, from the
+// Fills d.b (b, exp(b), exp(b_L - b)) for the tokens t0 .. t0 + L - 1 of batch row bb, head h, from the
 // views' g or g_gamma (one thread: C additions), when the views are gated.
 // The caller's next barrier publishes it.
 template <class Acc, class Views>
@@ -33,10 +33,15 @@ KOKKOS_INLINE_FUNCTION ChunkDecay<Acc> chunk_decay(const Member& m, const Tile<A
   if (!d.on) return d;
   Kokkos::single(Kokkos::PerTeam(m), [&]() {
     const bool per_token = views.g.extent(0) > 0;
+    const int n = static_cast<int>(b.extent(1));
     Acc s = Acc(0);
-    for (int i = 0; i < static_cast<int>(b.extent(1)); ++i) {
+    for (int i = 0; i < n; ++i) {
       if (i < L) s += per_token ? views.g(bb, t0 + i, h) : views.g_gamma(h);
       b(0, i) = s;
+    }
+    for (int i = 0; i < n; ++i) {
+      b(1, i) = kernel_exp(b(0, i));
+      b(2, i) = kernel_exp(s - b(0, i));
     }
   });
   return d;
@@ -48,7 +53,7 @@ KOKKOS_INLINE_FUNCTION void decay_output_rows(const Member& m, const ChunkDecay<
   const int rows = static_cast<int>(O.extent(0)), cols = static_cast<int>(O.extent(1));
   Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) {
     const int i = e / cols, j = e % cols;
-    O(i, j) *= kernel_exp(d.b(0, i));
+    O(i, j) *= d.b(1, i);
   });
 }
 
@@ -66,10 +71,9 @@ KOKKOS_INLINE_FUNCTION void decay_scores(const Member& m, const ChunkDecay<Acc>&
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void decay_key_rows(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K) {
   const int cols = static_cast<int>(K.extent(1));
-  const Acc bl = d.last();
   Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L * cols), [&](const int e) {
     const int j = e / cols, c = e % cols;
-    K(j, c) *= kernel_exp(bl - d.b(0, j));
+    K(j, c) *= d.b(2, j);
   });
 }
 

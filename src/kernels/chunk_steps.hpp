@@ -43,7 +43,7 @@ KOKKOS_INLINE_FUNCTION void state_update(const Member& m, TileGemm gemm, const T
   }
   decay_key_rows(m, decay, K);
   m.team_barrier();
-  team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, kernel_exp(decay.last()), S);
+  team_gemm<Trans, NoTrans>(m, gemm, Acc(1), K, V, decay.b(1, decay.L - 1), S);  // exp(b_L)
 }
 
 }  // namespace linattn

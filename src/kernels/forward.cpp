@@ -2,7 +2,6 @@
 
 #include "kernels/forward_typed.hpp"
 
-#include <cmath>
 #include <stdexcept>
 
 namespace linattn {
@@ -88,10 +87,11 @@ void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gat
                                 "') is refused: flash-linear-attention has no such mode");
   require_shape(*gate, gate_shape(p, config.gate), name);
   const std::vector<double> g = gate->to_double();
-  for (std::size_t i = 0; i < g.size(); ++i)
-    if (!(g[i] <= 0.0) || !std::isfinite(g[i]))
-      throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(i) + " is " +
-                                  std::to_string(g[i]) + ": log-decays must be finite and <= 0");
+  const std::int64_t bad = first_bad_log_decay(g);
+  if (bad >= 0)
+    throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(bad) + " is " +
+                                std::to_string(g[static_cast<std::size_t>(bad)]) +
+                                ": log-decays must be finite and <= 0");
 }
 
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,

@@ -25,10 +25,10 @@ struct FusedForward : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  // Gated runs add the chunk's cumulative log-decays b (1 x C).
+  // Gated runs add the chunk's cumulative log-decays b and their factors (chunk_gate.hpp).
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({1, p.chunk});
+    if (gated) tiles.push_back({kDecayRows, p.chunk});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -38,7 +38,7 @@ struct FusedForward : KernelShape, BlockPlan {
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
     const bool store_snapshots = views.h.extent(0) > 0;
 
     load_state(m, S, views.initial_state, n, h, d0);

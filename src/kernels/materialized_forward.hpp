@@ -30,7 +30,7 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}};
-    if (gated) tiles.push_back({1, p.chunk});
+    if (gated) tiles.push_back({kDecayRows, p.chunk});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -39,7 +39,7 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
     load_state(m, S, views.initial_state, n, h, d0);
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
@@ -67,7 +67,7 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({1, p.chunk});
+    if (gated) tiles.push_back({kDecayRows, p.chunk});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -82,7 +82,7 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
     const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     load_snapshot(m, S, snapshots, seq.h_b, seq.h_c0 + c, h, d0);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);

@@ -27,7 +27,7 @@ struct RecomputeForward : KernelShape, BlockPlan {
 
   static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({1, p.chunk});
+    if (gated) tiles.push_back({kDecayRows, p.chunk});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -42,7 +42,7 @@ struct RecomputeForward : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), 1, C) : Tile<Acc>();
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
 
     // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk of the sequence is full; gated: each decayed).
     load_state(m, S, views.initial_state, n, h, d0);

@@ -33,10 +33,11 @@ void check_gate(const Problem& p, const Gate& gate) {
     throw std::invalid_argument(std::string("gated reference: ") + name + " holds " +
                                 std::to_string(gate.log_decay.size()) + " values, the problem needs " +
                                 std::to_string(expected));
-  for (std::size_t i = 0; i < gate.log_decay.size(); ++i)
-    if (!(gate.log_decay[i] <= 0.0) || !std::isfinite(gate.log_decay[i]))
-      throw std::invalid_argument(std::string("gated reference: ") + name + "[" + std::to_string(i) + "] = " +
-                                  std::to_string(gate.log_decay[i]) + " is not a finite log-decay <= 0");
+  const std::int64_t bad = first_bad_log_decay(gate.log_decay);
+  if (bad >= 0)
+    throw std::invalid_argument(std::string("gated reference: ") + name + "[" + std::to_string(bad) + "] = " +
+                                std::to_string(gate.log_decay[static_cast<std::size_t>(bad)]) +
+                                " is not a finite log-decay <= 0");
 }
 
 Result gated_per_sequence(const Problem& p, const Inputs& in, const Gate& gate, const GatedForm& form) {

@@ -12,7 +12,7 @@
 // for blocks whose accumulators (3 x 32 floats a thread) fit in registers.
 // Each stage's tiles are double-buffered. P and A are rounded once to 16 bits,
 // as in chunk_gradient.hpp. fp32 inputs keep fp32 tiles (P and A unrounded)
-// and multiply in three TF32 products (mma_primitives.hpp, Elem<float>).
+// and multiply in three products of split operands (mma_primitives.hpp, Elem<float>).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"

@@ -1,6 +1,6 @@
 // The backward on NVIDIA tensor cores (mma.sync m16n8k16, bf16/fp16 operands,
-// or fp32 ones in three TF32 products; fp32 accumulation), chunk 64, every
-// head size up to DK 256 and DV 512
+// or fp32 ones split into bf16 hi + lo, three products each: mma_primitives.hpp;
+// fp32 accumulation), chunk 64, every head size up to DK 256 and DV 512
 // (README.md "The backward", docs/ARCHITECTURE.md "The tensor-core backward"):
 //
 //  1. state_gradient.hpp: one block per (DV block, sequence, head) walks the
@@ -152,21 +152,21 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     return;
   }
   if constexpr (!kFp32) {  // the whole-head kernel: 16-bit tiles only
-  auto chunks = [&](auto dk, auto dv) {
-    constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
-    if (!compact)
-      return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, false>,
-                            detail::ChunkGradientLayout<DK, DV, false>::bytes, chunk_heads,
-                            detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
-    detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true>, detail::ChunkGradientLayout<DK, DV, true>::bytes,
-                   chunk_heads, detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
-  };
-  auto with_dv = [&](auto dk) {
-    if (args.DV == 128) chunks(dk, std::integral_constant<int, 128>{});
-    else chunks(dk, std::integral_constant<int, 64>{});
-  };
-  if (args.DK == 128) with_dv(std::integral_constant<int, 128>{});
-  else with_dv(std::integral_constant<int, 64>{});
+    auto chunks = [&](auto dk, auto dv) {
+      constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+      if (!compact)
+        return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, false>,
+                              detail::ChunkGradientLayout<DK, DV, false>::bytes, chunk_heads,
+                              detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
+      detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true>, detail::ChunkGradientLayout<DK, DV, true>::bytes,
+                     chunk_heads, detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
+    };
+    auto with_dv = [&](auto dk) {
+      if (args.DV == 128) chunks(dk, std::integral_constant<int, 128>{});
+      else chunks(dk, std::integral_constant<int, 64>{});
+    };
+    if (args.DK == 128) with_dv(std::integral_constant<int, 128>{});
+    else with_dv(std::integral_constant<int, 64>{});
   }
 }
 
