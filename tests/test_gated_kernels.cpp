@@ -52,14 +52,6 @@ Tensor gate_tensor(const Problem& p, const TestGate& g) {
   return Tensor::from_double(DType::f32, gate_shape(p, g.kind), g.values);  // the HDF5 contract's fp32
 }
 
-#if defined(KOKKOS_ENABLE_CUDA)
-constexpr bool kGatesOnThisBackend = false;  // refused there until the GPU suite has run them (path_choice.cpp)
-#else
-constexpr bool kGatesOnThisBackend = true;
-#endif
-#define SKIP_WITHOUT_GATES() \
-  if (!kGatesOnThisBackend) GTEST_SKIP() << "gates are not yet validated on the CUDA backend"
-
 bool same_bits(const Tensor& a, const Tensor& b) { return a.shape == b.shape && a.dtype == b.dtype && a.bytes == b.bytes; }
 
 std::vector<GemmPath> paths() {
@@ -100,7 +92,6 @@ ForwardOutput expect_gated_matches(const Problem& p, Variant variant, GemmPath p
 }
 
 TEST(GatedKernels, EveryVariantPathAndTypeMatchesReference) {
-  SKIP_WITHOUT_GATES();
   const Problem problems[] = {problem(2, 150, 2, 16, 24, 64), packed({1, 63, 64, 65, 300}, 2, 8, 12, 64),
                               problem(1, 70, 3, 12, 8, 16)};
   std::uint64_t seed = 27000;
@@ -115,7 +106,6 @@ TEST(GatedKernels, EveryVariantPathAndTypeMatchesReference) {
 // log-decays of zero are exp(0) = 1 everywhere: the chunked kernels then
 // multiply by exactly 1, and give level 1's bits.
 TEST(GatedKernels, ZeroGateGivesLevelOneBits) {
-  SKIP_WITHOUT_GATES();
   const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 64);
   for (GateKind kind : {GateKind::per_head, GateKind::per_token})
     for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute})
@@ -141,7 +131,6 @@ TEST(GatedKernels, ZeroGateGivesLevelOneBits) {
 
 // The decay matters: the same inputs without their gate are far from the gated reference.
 TEST(GatedKernels, IgnoringTheGateIsCaught) {
-  SKIP_WITHOUT_GATES();
   const Problem p = problem(1, 200, 2, 16, 16, 64);
   const TestGate g = gate_cases(p, 27600)[3];
   const ProblemInputs in = random_inputs(p, DType::f64, 27601, false);
@@ -155,7 +144,6 @@ TEST(GatedKernels, IgnoringTheGateIsCaught) {
 }
 
 TEST(GatedKernels, BadGatesAreRefused) {
-  SKIP_WITHOUT_GATES();
   const Problem p = problem(1, 10, 2, 4, 4, 16);
   const ProblemInputs in = random_inputs(p, DType::f32, 27700, false);
   ForwardConfig cfg;

@@ -306,8 +306,8 @@ TEST(PathChoice, PackedWithTensorCoreRuns) {
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-// Gates (levels 2 and 3) run on the TeamPolicy kernels of host backends only, for now.
-TEST(PathChoice, GatesRunOnHostTilesAndAreRefusedElsewhere) {
+// Gates (levels 2 and 3) run on the TeamPolicy kernels (kokkoskernels, hosttile) only, for now.
+TEST(PathChoice, GatesRunOnTeamPolicyKernelsOnly) {
   PathFacts f = on_host();
   f.gated = true;
   EXPECT_EQ(path_of(f), GemmPath::host_tile);
@@ -317,7 +317,9 @@ TEST(PathChoice, GatesRunOnHostTilesAndAreRefusedElsewhere) {
   EXPECT_TRUE(contains(refusal_of(f), "do not take a decay gate yet")) << refusal_of(f);
   PathFacts g = on_cuda();
   g.gated = true;
-  EXPECT_TRUE(contains(refusal_of(g), "not yet validated on the CUDA backend")) << refusal_of(g);
+  EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
+  g.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(refusal_of(g), "does not take a decay gate yet")) << refusal_of(g);
 }
 
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {

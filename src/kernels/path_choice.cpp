@@ -83,10 +83,6 @@ PathChoice refuse(std::string why) { return {GemmPath::kokkos_kernels, std::move
 }  // namespace
 
 PathChoice choose_path(const PathFacts& f) {
-  // The gated TeamPolicy kernels are validated on host backends; on CUDA they
-  // compile but have not yet run the GPU suite, so a gate is refused there.
-  if (f.gated && f.backend == Backend::cuda)
-    return refuse("a decay gate is not yet validated on the CUDA backend (the gated kernels run on host backends)");
   const std::string tensor_cores = tensor_core_refusal(f);
   GemmPath path = f.requested;
   switch (f.requested) {
