@@ -1,5 +1,5 @@
 """What the h5py-driven checks of the linattn binary share
-(data_outside_the_file.py, unwritten_datasets.py, gates_refused.py): h5py and
+(data_outside_the_file.py, unwritten_datasets.py, gates_in_files.py): h5py and
 numpy or a skip (exit 77), the binary and work folder from the command line,
 the linattn runner, and the failure list with the closing verdict."""
 import os

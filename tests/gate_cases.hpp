@@ -23,13 +23,6 @@ inline std::vector<double> uniform_values(std::size_t n, double lo, double hi, s
   return x;
 }
 
-// RetNet's per-head decays gamma_h = 1 - 2^(-5-h), as log-decays [H].
-inline std::vector<double> retnet_log_gammas(std::int64_t H) {
-  std::vector<double> g(static_cast<std::size_t>(H));
-  for (std::int64_t h = 0; h < H; ++h) g[h] = std::log1p(-std::exp2(-5.0 - static_cast<double>(h)));
-  return g;
-}
-
 // One g per token and head [B, T, H], uniform in [lo, hi] (both <= 0).
 inline std::vector<double> per_token_log_decays(const Problem& p, double lo, double hi, std::uint64_t seed) {
   return uniform_values(static_cast<std::size_t>(p.B * p.T * p.H), lo, hi, seed);

@@ -66,6 +66,33 @@ TEST(Benchmark, PackedAndNormalizedBatchesAreCheckedAgainstTheirReference) {
 // `bench --backward`: one backward row, timed on data made on the device, its
 // dq, dk and dv on the (b = 0, h = 0) row checked against the fp64 reference
 // (plain and packed; a kernel that wrote nothing would show the NaN poison).
+// `bench --gate`: plain and packed batches with g or g_gamma, every variant,
+// o checked against the gated fp64 reference of the slice (level 1's o would
+// be far off at these decays).
+TEST(Benchmark, GatedRowsAreCheckedAgainstTheGatedReference) {
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token})
+    for (bool packed : {false, true}) {
+      SCOPED_TRACE(std::string(gate_dataset_name(gate)) + (packed ? " packed" : ""));
+      BenchConfig bc;
+      bc.problem.B = packed ? 1 : 2; bc.problem.T = 300; bc.problem.H = 3; bc.problem.DK = 16; bc.problem.DV = 24;
+      bc.problem.chunk = 32;
+      if (packed) bc.problem.cu_seqlens = {0, 1, 64, 130, 300};
+      bc.dtype = DType::f32;
+      bc.snapshots = SnapshotMode::accumulation;
+      bc.gate = gate;
+      bc.variants = {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent};
+      bc.reps = 2;
+      bc.warmup = 1;
+      bc.accuracy_tokens = 200;
+      const BenchReport r = run_benchmark(bc);
+      ASSERT_EQ(r.rows.size(), 4u);
+      for (const VariantTiming& row : r.rows) {
+        SCOPED_TRACE(variant_name(row.variant));
+        EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32));
+      }
+    }
+}
+
 TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
   BenchConfig bc;
   bc.problem.B = 1; bc.problem.T = 300; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 48; bc.problem.chunk = 32;

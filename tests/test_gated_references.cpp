@@ -27,7 +27,7 @@ using reference::GateKind;
 
 using testing::uniform_values;
 
-Gate retnet_gammas(std::int64_t H) { return Gate::per_head(testing::retnet_log_gammas(H)); }
+Gate retnet_gammas(std::int64_t H) { return Gate::per_head(retnet_log_gammas(H)); }
 
 Gate per_token(const Problem& p, double lo, double hi, std::uint64_t seed) {
   return Gate::per_token(testing::per_token_log_decays(p, lo, hi, seed));

@@ -311,28 +311,40 @@ TEST_F(BadInput, PackedStatesNeedOnePerSequence) {
   expect_rejected(unused_z, "case0", unused_z + ": dataset 'case0/z_state': ", "pass --normalize");
 }
 
-// A gate (a log-decay <= 0, so a valid one) would be ignored by the level-1
-// kernels: each is refused, naming its dataset, before anything runs.
-TEST_F(BadInput, GatesAreRefusedNotIgnored) {
-  const struct {
-    const char* name;
-    std::vector<hsize_t> shape;
-    const char* what;
-  } gates[] = {{"g", {1, 40, 2}, "Mamba-2's per-token decay"},
-               {"g_gamma", {2}, "RetNet's per-head decay"},
-               {"gk", {1, 40, 2, 8}, "GLA's per-token, per-key-channel decay"}};
-  for (const auto& gate : gates) {
-    SCOPED_TRACE(gate.name);
-    const std::string bad = dir / (std::string("gate_") + gate.name + ".h5");
+// Gates (docs/HDF5.md, "Gates"): GLA's gk is not implemented and is refused,
+// never ignored; g and g_gamma are refused when their shape does not match q,
+// when a case holds both, and when a value is not a log-decay (positive, NaN,
+// Inf), naming the first such index: --allow-nonfinite does not cover gates.
+TEST_F(BadInput, BadGatesAreRefused) {
+  auto gated = [&](const std::string& name, const std::vector<std::pair<std::string, std::vector<hsize_t>>>& gates,
+                   const std::function<double(std::size_t)>& fill) {
+    const std::string bad = dir / (name + ".h5");
     make_file(bad, [&](hid_t f) {
       raw_case(f, "case0", CaseShapes{});
-      raw_dataset(f, std::string("case0/") + gate.name, H5T_IEEE_F32LE, gate.shape,
-                  [](std::size_t i) { return -nonzero(i); });
+      for (const auto& [dataset, shape] : gates) raw_dataset(f, "case0/" + dataset, H5T_IEEE_F32LE, shape, fill);
     });
-    expect_rejected(bad, "case0", bad + ": dataset 'case0/" + gate.name + "': ",
-                    std::string("gated linear attention (") + gate.what +
-                        ") is not implemented yet; linattn computes level 1 (no decay) and refuses a gate rather "
-                        "than ignore it");
+    return bad;
+  };
+  auto decay = [](std::size_t i) { return -0.05 - std::fabs(nonzero(i)); };  // valid log-decays, never 0
+  const std::string gk = gated("gate_gk", {{"gk", {1, 40, 2, 8}}}, decay);
+  expect_rejected(gk, "case0", gk + ": dataset 'case0/gk': ",
+                  "per-key-channel decay (GLA's gk) is not implemented yet");
+  const std::string g_shape = gated("gate_g_shape", {{"g", {1, 40, 3}}}, decay);
+  expect_rejected(g_shape, "case0", g_shape + ": dataset 'case0/g': ", "shape [1, 40, 3], expected [B, T, H] = [1, 40, 2]");
+  const std::string gamma_shape = gated("gate_gamma_shape", {{"g_gamma", {1, 2}}}, decay);
+  expect_rejected(gamma_shape, "case0", gamma_shape + ": dataset 'case0/g_gamma': ", "expected [H] = [2]");
+  const std::string both = gated("gate_both", {{"g_gamma", {2}}, {"g", {1, 40, 2}}}, decay);
+  expect_rejected(both, "case0", both + ": dataset 'case0/g': ", "holds both g_gamma and g");
+  // Element 2 * 17 + 1 = [0, 17, 1] is the first that is not a log-decay.
+  for (double bad_value : {0.5, std::nan(""), -static_cast<double>(INFINITY)}) {
+    SCOPED_TRACE(bad_value);
+    const std::string positive = gated("gate_value", {{"g", {1, 40, 2}}}, [&](std::size_t i) {
+      return i == 35 || i == 60 ? bad_value : decay(i);
+    });
+    RunOptions allowing;
+    allowing.allow_nonfinite = true;
+    expect_rejected(positive, "case0", positive + ": dataset 'case0/g': ", "2 elements are not log-decays", allowing);
+    expect_rejected(positive, "case0", positive + ": dataset 'case0/g': ", "at [0, 17, 1]");
   }
 }
 

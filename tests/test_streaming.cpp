@@ -73,8 +73,10 @@ void expect_same_as_whole(const CaseData& data, const Streamed& s, std::int64_t 
   ForwardConfig whole = forward;
   whole.segments = 1;
   whole.poison_outputs = true;
+  whole.gate = data.gate;
   const ForwardOutput ref = run_forward(p, whole, data.q, data.k, data.v, data.initial_state.empty() ? nullptr : &data.initial_state,
-                                        data.initial_z.empty() ? nullptr : &data.initial_z);
+                                        data.initial_z.empty() ? nullptr : &data.initial_z,
+                                        data.gate == GateKind::none ? nullptr : &data.log_decay);
   EXPECT_TRUE(same_bits(s.output.o, ref.o)) << "o differs at " << first_difference(s.output.o, ref.o);
   EXPECT_TRUE(same_bits(s.output.h, ref.h)) << "h differs at " << first_difference(s.output.h, ref.h);
   EXPECT_TRUE(same_bits(s.output.final_state, ref.final_state))
@@ -170,6 +172,42 @@ TEST(Streaming, TensorCoreShapeMatchesWhole) {
       expect_same_as_whole(data, s, 64, cfg);
     }
   }
+}
+
+// Gated cases (g_gamma, g) streamed in windows: the decays restart at every
+// chunk and the carried state needs nothing new, so the windows give the
+// whole case's bits; the record names the gate, and the level-1 result of the
+// same inputs differs (the gate was read, not ignored).
+TEST(Streaming, GatedCasesMatchWhole) {
+  TempDir dir("streaming-gated");
+  Problem plain;
+  plain.B = 2; plain.T = 300; plain.H = 2; plain.DK = 16; plain.DV = 24; plain.chunk = 16;
+  Problem packed = plain;
+  packed.B = 1;
+  packed.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500};
+  packed.T = packed.cu_seqlens.back();
+  int n = 0;
+  for (const Problem& p : {plain, packed})
+    for (GateKind gate : {GateKind::per_head, GateKind::per_token})
+      for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent}) {
+        const DType dtype = p.varlen() ? DType::f32 : DType::bf16;
+        SCOPED_TRACE(std::string(p.varlen() ? "packed " : "plain ") + gate_dataset_name(gate) + " " +
+                     variant_name(variant));
+        CaseData data = case_data(p, dtype, 40 + n, n % 2 == 0, false);
+        data.gate = gate;
+        data.log_decay = random_tensor(DType::f32, gate_shape(p, gate), 90 + n, -0.7, 0.0);
+        ForwardConfig cfg;
+        cfg.variant = variant;
+        const Streamed s = stream_case(dir, "gated" + std::to_string(n++), data, 16, cfg, kTinyBudget);
+        ASSERT_TRUE(s.result.ok);
+        EXPECT_GE(s.result.windows, 4);
+        EXPECT_EQ(s.output.record.gate, gate_dataset_name(gate));
+        expect_same_as_whole(data, s, 16, cfg);
+        const std::vector<std::int64_t>* s0 = data.initial_state.empty() ? nullptr : &data.initial_state.shape;
+        const Problem whole = problem_from_shapes(data.q.shape, data.k.shape, data.v.shape, 16, 0.5, s0, data.cu_seqlens);
+        const ForwardOutput ungated = run_forward(whole, cfg, data.q, data.k, data.v, s0 ? &data.initial_state : nullptr);
+        EXPECT_FALSE(same_bits(s.output.o, ungated.o)) << "the gate made no difference";
+      }
 }
 
 // A budget too small for one chunk of every sequence fails the case with the

@@ -150,6 +150,13 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
     const hdf5::File f = hdf5::open_read_only(c.input_file);
     c.in = inspect_case(f.get(), c.input_file, c.group);
   }
+  if (c.in.gate != GateKind::none)
+    throw FileError(c.input_file, dataset_path(c.group, gate_dataset_name(c.in.gate)),
+                    "the backward of a gated case is not implemented yet (no dg); linattn refuses it rather than "
+                    "compute level 1's gradients");
+  if (rec.gate != "none")
+    throw FileError(r.forward, "is a gated forward (gate '" + rec.gate +
+                                   "'), but its input case holds no gate (the input changed since the forward?)");
   c.dtype = c.in.q.dtype;
   if (rec.input_dtype != dtype_name(c.dtype))
     throw FileError(c.input_file, dataset_path(c.group, "q"),

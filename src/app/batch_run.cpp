@@ -80,7 +80,9 @@ Problem case_problem(const RunOptions& opt, const CaseResult& r, const CaseSchem
     const double scale = opt.scale ? *opt.scale : default_scale(schema.q.shape[3]);
     Problem p = problem_from_shapes(schema.q.shape, schema.k.shape, schema.v.shape, opt.chunk, scale,
                                     schema.has_initial_state ? &s0_shape : nullptr, schema.cu_seqlens);
-    check_forward(p, opt.forward, schema.q.dtype);
+    ForwardConfig forward = opt.forward;
+    forward.gate = schema.gate;  // what the kernels are asked for (a gate changes the paths that can run)
+    check_forward(p, forward, schema.q.dtype);
     return p;
   } catch (const std::invalid_argument& e) {
     throw case_error(r, e.what());
@@ -97,6 +99,7 @@ CaseStorage case_storage(const RunOptions& opt, const CaseSchema& schema) {
   s.has_initial_state = schema.has_initial_state;
   s.has_initial_z = schema.has_initial_z;
   s.normalize = opt.forward.normalize;
+  s.gate = schema.gate;
   return s;
 }
 
@@ -124,6 +127,7 @@ RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem&
   rec.input_group = r.group.empty() ? "/" : r.group;
   rec.normalize = opt.forward.normalize;
   rec.num_sequences = p.num_sequences();
+  rec.gate = gate_dataset_name(s.gate);
   return rec;
 }
 
@@ -233,6 +237,7 @@ class Batch {
     const Problem p = case_problem(opt_, r, schema);
     r.problem = p;
     r.dtype = schema.q.dtype;
+    r.gate = schema.gate;
     r.external_data = schema.external_data;
     const CaseStorage s = case_storage(opt_, schema);
     const OutputLayout out_layout = output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize,
@@ -281,6 +286,8 @@ class Batch {
         read.state_offset = base + l.initial_state;
         read.z_offset = base + l.initial_z;
         read.accumulation_dtype = static_cast<std::int64_t>(s.accumulation);
+        read.gate = static_cast<std::int64_t>(s.gate);
+        read.gate_offset = base + l.gate;
         readers_[next_read % readers_.size()]->send_read(read);
         ++next_read;
       }

@@ -52,6 +52,7 @@ struct CaseResult {
   std::string error;  // one line when !ok
   std::optional<Problem> problem;  // known once the case was read
   DType dtype = DType::f32;
+  GateKind gate = GateKind::none;  // the case's decay gate, once read
   double kernel_seconds = 0, min_bytes = 0;
   double wall_seconds = 0;  // from reading its first window to committing its file
   std::int64_t windows = 0;

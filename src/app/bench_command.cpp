@@ -64,7 +64,7 @@ std::vector<std::int64_t> bench_cu_seqlens(const std::string& text, std::int64_t
 Command add_bench_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> shapes;
-    std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json, seqlens;
+    std::string dtype = "bf16", gemm = "auto", snapshots = "bf16", out_dtype = "input", json, seqlens, gate;
     bool normalize = false, backward = false, state_pass = false;
     std::vector<std::string> variants = {"fused", "materialized", "recompute"};
     std::int64_t chunk = 64, block_dv = 0, accuracy_tokens = 1024;
@@ -99,6 +99,10 @@ Command add_bench_command(CLI::App& parent) {
                 "its columns dq, dk and dv rel L2 compare them on the whole (b=0, h=0) row");
   cmd->add_flag("--normalize", o->normalize,
                 "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
+  cmd->add_option("--gate", o->gate,
+                  "Time the gated forward (README.md, \"Gated levels\"): 'g' draws g [B, T, H] uniform in [-1, 0), "
+                  "'gamma' takes RetNet's g_gamma [H] = log(1 - 2^(-5-h)); o is checked against the gated fp64 reference")
+      ->check(CLI::IsMember({"g", "gamma"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
@@ -152,6 +156,9 @@ Command add_bench_command(CLI::App& parent) {
               }
               bc.normalize = o->normalize;
               bc.backward = o->backward;
+              bc.gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
+              if (bc.gate != GateKind::none && (o->backward || o->state_pass))
+                throw std::invalid_argument("--gate times the forward variants only (the gated backward and state pass are not implemented yet)");
               bc.state_pass = o->state_pass;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();
@@ -171,7 +178,7 @@ Command add_bench_command(CLI::App& parent) {
               const std::string shape = std::to_string(p.B) + "," + std::to_string(p.T) + "," + std::to_string(p.H) +
                                         "," + std::to_string(p.DK) + "," + std::to_string(p.DV) +
                                         (p.varlen() ? " N=" + std::to_string(p.num_sequences()) : "") +
-                                        (o->normalize ? " norm" : "");
+                                        (o->normalize ? " norm" : "") + (o->gate.empty() ? "" : " gate " + o->gate);
               doc["backend"] = r.backend;
               doc["kokkos_version"] = r.kokkos_version;
               doc["device"] = r.device;
@@ -196,6 +203,7 @@ Command add_bench_command(CLI::App& parent) {
                                        {"num_sequences", p.num_sequences()},
                                        {"packed", p.varlen()},
                                        {"normalize", o->normalize},
+                                       {"gate", o->gate.empty() ? "none" : o->gate},
                                        {"dtype", o->dtype},
                                        {"out_dtype", o->out_dtype},
                                        {"snapshots", o->snapshots},

@@ -141,6 +141,10 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   const auto open_case = [&] {
     file = hdf5::open_read_only(r.input);
     schema = inspect_case(file.get(), r.input, r.group);
+    if (schema.gate != GateKind::none)
+      throw FileError(r.input, dataset_path(r.group, gate_dataset_name(schema.gate)),
+                      "--context-parallel does not take a gate yet (the state pass between the ranks carries no "
+                      "decay); run the case without --context-parallel");
     p = case_problem(opt, r, schema);
     s = case_storage(opt, schema);
   };

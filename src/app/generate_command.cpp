@@ -65,6 +65,13 @@ int generate_grads(const std::string& input, const std::string& output, std::uin
   return 0;
 }
 
+// The gate of one case (README.md, "Gated levels"): RetNet's gammas, or log-decays
+// uniform in [-strength, 0) (never 0) per head or per token, drawn from its own stream.
+Tensor generate_gate(const Problem& p, GateKind kind, double strength, std::uint64_t seed) {
+  if (kind == GateKind::per_head && strength <= 0) return Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H));
+  return random_tensor(DType::f32, gate_shape(p, kind), seed, -(strength > 0 ? strength : 1.0), 0.0);
+}
+
 }  // namespace
 
 Command add_generate_command(CLI::App& parent) {
@@ -75,6 +82,8 @@ Command add_generate_command(CLI::App& parent) {
     std::size_t cases = 0;
     std::string seqlens;
     bool initial_state = false, initial_z = false, positive = false, compress = false, force = false;
+    std::string gate;
+    double gate_strength = 0;  // 0: the default (RetNet's gammas; g in [-1, 0))
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -128,6 +137,17 @@ Command add_generate_command(CLI::App& parent) {
                   "give the shapes)")
       ->excludes(shape)
       ->excludes("--dtype", "--cases", "--seqlens", "--initial-state", "--initial-z", "--positive");
+  CLI::Option* gate = cmd->add_option("--gate", o->gate,
+                  "Also write a decay gate (log-decays <= 0, fp32): 'gamma' writes g_gamma [H] (RetNet's per-head "
+                  "decays gamma_h = 1 - 2^(-5-h), as log(gamma_h)), 'g' writes g [B, T, H] (one per token and head, "
+                  "Mamba-2's gate), uniform in [-1, 0)")
+      ->check(CLI::IsMember({"gamma", "g"}))
+      ->excludes("--grad");
+  cmd->add_option("--gate-strength", o->gate_strength,
+                  "With --gate: log-decays uniform in [-S, 0) instead (for gamma too); large S forgets within a few "
+                  "tokens, small S is close to no decay")
+      ->check(CLI::PositiveNumber)
+      ->needs(gate);
   cmd->add_flag("--compress", o->compress, "gzip the datasets");
   cmd->add_flag("--force", o->force, "Replace an existing file");
 
@@ -136,6 +156,11 @@ Command add_generate_command(CLI::App& parent) {
               throw FileError(o->output, "exists (pass --force to overwrite)");
             if (!o->grad_for.empty()) return generate_grads(o->grad_for, o->output, o->seed, o->compress);
             if (o->shapes.empty()) throw std::invalid_argument("--shape is required (or --grad INPUT.h5)");
+            const GateKind gate_kind = o->gate == "gamma" ? GateKind::per_head
+                                       : o->gate == "g"   ? GateKind::per_token
+                                                          : GateKind::none;
+            if (gate_kind != GateKind::none && o->initial_z)
+              throw std::invalid_argument("--initial-z is for normalized runs, which take no gate (--gate)");
             const std::size_t count = o->cases ? o->cases : std::max(o->shapes.size(), o->dtypes.size());
             std::vector<NamedCase> cases;
             for (std::size_t i = 0; i < count; ++i) {
@@ -149,13 +174,19 @@ Command add_generate_command(CLI::App& parent) {
               const DType dtype = parse_dtype(o->dtypes[i % o->dtypes.size()]);
               ProblemInputs in =
                   random_inputs(p, dtype, derive_seed(o->seed, i), o->initial_state, o->positive, o->initial_z);
-              cases.push_back({"case" + std::to_string(i),
-                               CaseData{std::move(in.q), std::move(in.k), std::move(in.v), std::move(in.initial_state),
-                                        p.cu_seqlens, std::move(in.initial_z)}});
+              CaseData data{std::move(in.q), std::move(in.k), std::move(in.v), std::move(in.initial_state),
+                            p.cu_seqlens, std::move(in.initial_z)};
+              if (gate_kind != GateKind::none) {
+                data.gate = gate_kind;
+                data.log_decay = generate_gate(p, gate_kind, o->gate_strength, derive_seed(derive_seed(o->seed, i), 6));
+              }
+              cases.push_back({"case" + std::to_string(i), std::move(data)});
               std::cout << o->output << ":case" << i << "  " << shape_summary(p) << " " << dtype_name(dtype)
                         << (p.varlen() ? "  " + std::to_string(p.num_sequences()) + " packed sequences" : "")
                         << (o->positive ? "  positive" : "") << (o->initial_state ? "  with initial_state" : "")
-                        << (o->initial_z ? "  with z_state" : "") << '\n';
+                        << (o->initial_z ? "  with z_state" : "")
+                        << (gate_kind != GateKind::none ? std::string("  with ") + gate_dataset_name(gate_kind) : "")
+                        << '\n';
             }
             write_input_file(o->output, cases, hdf5::WriteOptions{o->compress});
             std::cout << "wrote " << o->output << " (" << count << " case" << (count > 1 ? "s" : "") << ")"

@@ -39,6 +39,14 @@ struct Piece {
     one.H = 1;
     return one;
   }
+  // The piece's log-decays: g_gamma[hh], or g of its tokens for head hh as [1, L, 1].
+  reference::Gate gate_of(const reference::Gate& gate) const {
+    if (gate.kind == GateKind::per_head) return reference::Gate::per_head({gate.log_decay[static_cast<std::size_t>(hh)]});
+    if (gate.kind != GateKind::per_token) return gate;
+    std::vector<double> g(static_cast<std::size_t>(length()));
+    for (std::int64_t t = 0; t < length(); ++t) g[t] = gate.log_decay[token(t, 1)];
+    return reference::Gate::per_token(std::move(g));
+  }
   // Its share of the case's tokens: the sequence's tokens split over the heads.
   std::int64_t tokens() const { return length() * (hh + 1) / p.H - length() * hh / p.H; }
   std::int64_t elements() const { return length() * (2 * p.DK + p.DV); }
@@ -53,7 +61,7 @@ void for_each_piece(const Problem& p, Visit visit) {
 }  // namespace
 
 reference::Result forward_reference_by_head(const Problem& p, const reference::Inputs& in, bool normalized,
-                                            const PieceDone& done) {
+                                            const PieceDone& done, const reference::Gate& gate) {
   validate_shapes(p);
   const std::int64_t DK = p.DK, DV = p.DV, state = DK * DV;
   const std::vector<std::int64_t> chunk_starts = p.chunk_starts();  // once: O(N)
@@ -67,7 +75,10 @@ reference::Result forward_reference_by_head(const Problem& p, const reference::I
     std::vector<double> s0;
     if (in.initial_state) s0 = piece.gather_state(*in.initial_state);
     const Problem one = piece.problem();
-    const reference::Result part = reference::chunked(one, {q, k, v, in.initial_state ? &s0 : nullptr});
+    const reference::Inputs piece_in{q, k, v, in.initial_state ? &s0 : nullptr};
+    const reference::Result part = gate.kind == GateKind::none
+                                       ? reference::chunked(one, piece_in)
+                                       : reference::gated_chunked(one, piece_in, piece.gate_of(gate));
     piece.scatter_tokens(part.o, DV, r.o);
     // h [rows, chunks, H, DK, DV]: a plain row's chunks from 0, a packed sequence's from its first chunk.
     const std::int64_t first = p.varlen() ? chunk_starts[piece.n] : piece.row() * p.total_chunks();

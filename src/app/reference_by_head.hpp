@@ -6,6 +6,7 @@
 #pragma once
 
 #include "reference/backward.hpp"
+#include "reference/gated.hpp"
 #include "reference/references.hpp"
 
 #include <cstdint>
@@ -18,8 +19,10 @@ namespace linattn {
 // row) and the input elements it read (q, k, v; and do for the backward).
 using PieceDone = std::function<void(std::int64_t tokens, std::int64_t elements)>;
 
+// With a gate (levels 2 and 3), each piece runs reference::gated_chunked on
+// its own tokens' log-decays; gate none is level 1's reference::chunked.
 reference::Result forward_reference_by_head(const Problem& p, const reference::Inputs& in, bool normalized,
-                                            const PieceDone& done);
+                                            const PieceDone& done, const reference::Gate& gate = {});
 
 reference::Gradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
                                                 const reference::GradInputs& g, const PieceDone& done);

@@ -32,7 +32,8 @@ std::string scale_text(double scale) {
 
 std::string progress_line(std::size_t index, std::size_t total, const CaseResult& r, Variant variant) {
   return case_counter(index, total) + " " + printable(r.label()) + "  " + shape_summary(*r.problem) + " " +
-         dtype_name(r.dtype) + "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) +
+         dtype_name(r.dtype) + (r.gate == GateKind::none ? "" : std::string(" gate ") + gate_dataset_name(r.gate)) +
+         "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) +
          "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
          (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows")

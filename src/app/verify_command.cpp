@@ -82,6 +82,10 @@ Command add_verify_command(CLI::App& parent) {
               throw FileError(input, dataset_path(group, "q"),
                               std::string("dtype ") + dtype_name(in.q.dtype) + ", but " + o->output + " was made from " +
                                   rec.input_dtype + " inputs (wrong --input?)");
+            if (rec.gate != gate_dataset_name(in.gate))
+              throw FileError(input, std::string("case '") + (group.empty() ? "/" : group) + "' holds gate '" +
+                                         gate_dataset_name(in.gate) + "', but " + o->output +
+                                  " was made with gate '" + rec.gate + "' (wrong --input, or the input changed?)");
             const bool has_s0 = !in.initial_state.empty(), has_z0 = rec.normalize && !in.initial_z.empty();
             const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
                                                   has_s0 ? &in.initial_state.shape : nullptr, in.cu_seqlens);
@@ -101,7 +105,7 @@ Command add_verify_command(CLI::App& parent) {
             const std::int64_t elements = in.q.numel() + in.k.numel() + in.v.numel();
             const reference::Result ref = with_progress(o->output, p, in.q.dtype, elements, [&](const PieceDone& done) {
               return forward_reference_by_head(p, {q, k, v, has_s0 ? &s0 : nullptr, has_z0 ? &z0 : nullptr},
-                                               rec.normalize, done);
+                                               rec.normalize, done, reference::Gate{in.gate, in.log_decay.to_double()});
             });
 
             const DType input_dtype = in.q.dtype;
@@ -123,7 +127,8 @@ Command add_verify_command(CLI::App& parent) {
                       << rec.variant << " (" << rec.gemm_path << "), chunk " << p.chunk << ", scale " << p.scale << ", "
                       << dtype_name(input_dtype) << " inputs"
                       << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
-                      << (rec.normalize ? ", normalized" : "") << ")" << external_data_note(in.external_data) << "\n";
+                      << (rec.normalize ? ", normalized" : "")
+                      << (in.gate != GateKind::none ? std::string(", gate ") + gate_dataset_name(in.gate) : "") << ")" << external_data_note(in.external_data) << "\n";
             const std::vector<double> od = out.o.to_double(), hd = out.h.to_double();
             TextTable table{{"tensor", "dtype", "rel_L2", "level", "status"}, {false, false, true, true, false}, {}};
             const double eo = relative_l2(od, ref.o);

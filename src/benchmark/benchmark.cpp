@@ -9,6 +9,7 @@
 #include "kernels/state_pass_run.hpp"
 #include "kernels/run_variant.hpp"
 #include "reference/backward.hpp"
+#include "reference/gated.hpp"
 #include "reference/references.hpp"
 
 #include <Kokkos_Random.hpp>
@@ -105,6 +106,7 @@ ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
   cfg.block_dv = bc.block_dv;
   cfg.segments = bc.segments;
   cfg.team_size = bc.team_size;
+  cfg.gate = bc.gate;
   return cfg;
 }
 
@@ -182,12 +184,37 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     views.h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), hs[0], hs[1], hs[2],
                                 hs[3], hs[4]);
 
+  // The gate, drawn on the host (fp32, as files hold it): g uniform in [-1, 0), or RetNet's gammas.
+  reference::Gate slice_gate;
+  const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
+  if (bc.gate != GateKind::none) {
+    const std::vector<double> g = bc.gate == GateKind::per_head
+                                      ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H)).to_double()
+                                      : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0).to_double();
+    Kokkos::View<Acc*, Kokkos::LayoutRight, Kokkos::HostSpace> host("linattn::bench::g_host", g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) host(i) = static_cast<Acc>(g[i]);
+    if (bc.gate == GateKind::per_head) {
+      DeviceView1<Acc> g1("linattn::bench::g_gamma", p.H);
+      Kokkos::deep_copy(g1, host);
+      views.g_gamma = g1;
+      slice_gate = reference::Gate::per_head({g[0]});
+    } else {
+      DeviceView3<Acc> g3(Kokkos::view_alloc(std::string("linattn::bench::g"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
+      Kokkos::deep_copy(g3, Kokkos::View<Acc***, Kokkos::LayoutRight, Kokkos::HostSpace>(host.data(), p.B, p.T, p.H));
+      views.g = g3;
+      std::vector<double> gs(static_cast<std::size_t>(tokens));
+      for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * p.H)];  // b = 0, h = 0
+      slice_gate = reference::Gate::per_token(std::move(gs));
+    }
+  }
+
   // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that
   // slice (and, when packed, on the sequences it cuts, up to its end).
-  const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
   const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens);
-  const std::vector<double> o_ref = reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o;
+  const std::vector<double> o_ref = bc.gate == GateKind::none
+                                        ? reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o
+                                        : reference::gated_forward(slice, {qs, ks, vs, nullptr}, slice_gate).o;
 
   const DType in_dtype = bc.dtype;
   const DType out_dtype = bc.output_fp32 ? DType::f32 : in_dtype;

@@ -4,6 +4,8 @@
 // and the accuracy of o against the fp64 reference on a slice.
 #pragma once
 
+#include "core/gate.hpp"
+
 #include "core/variant.hpp"
 #include "kernels/forward.hpp"
 
@@ -22,6 +24,7 @@ struct BenchConfig {
   bool output_fp32 = false;
   bool normalize = false;  // fla's normalize=True (o divided by scale q . cumsum k)
   bool backward = false;   // time the backward (run_backward's kernel) instead of the forward variants
+  GateKind gate = GateKind::none;  // forward with a decay: g [B, T, H] uniform in [-1, 0), or RetNet's g_gamma [H]
   bool state_pass = false; // after the fused row, time the state pass (kernels/state_pass.hpp) on the same k, v
   std::int64_t block_dv = 0;
   int segments = 0;  // tensor-core kernel: 0 chooses

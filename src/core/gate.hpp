@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace linattn {
@@ -24,6 +25,22 @@ inline std::vector<std::int64_t> gate_shape(const Problem& p, GateKind k) {
   if (k == GateKind::per_head) return {p.H};
   if (k == GateKind::per_token) return {p.B, p.T, p.H};
   return {};
+}
+
+// "g_gamma" -> per_head, "g" -> per_token, "none" -> none; false for anything else.
+inline bool parse_gate_dataset_name(const std::string& name, GateKind& kind) {
+  if (name == "g_gamma") kind = GateKind::per_head;
+  else if (name == "g") kind = GateKind::per_token;
+  else if (name == "none") kind = GateKind::none;
+  else return false;
+  return true;
+}
+
+// RetNet's per-head decays gamma_h = 1 - 2^(-5-h), as log-decays [H].
+inline std::vector<double> retnet_log_gammas(std::int64_t H) {
+  std::vector<double> g(static_cast<std::size_t>(H));
+  for (std::int64_t h = 0; h < H; ++h) g[static_cast<std::size_t>(h)] = std::log1p(-std::exp2(-5.0 - static_cast<double>(h)));
+  return g;
 }
 
 // The index of the first value that is not a finite log-decay <= 0 (NaN,

@@ -194,19 +194,32 @@ CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& gr
                                         shape_string(expected));
     check_sizes(id, file, z_path, z);
   }
-  // Gates (docs/HDF5.md, "Gates"): the kernels compute level 1 only, so a
-  // case that holds a decay would get wrong outputs if it were read as level 1.
-  const std::pair<const char*, const char*> gates[] = {{"g_gamma", "RetNet's per-head decay"},
-                                                       {"g", "Mamba-2's per-token decay"},
-                                                       {"gk", "GLA's per-token, per-key-channel decay"}};
-  for (const auto& [name, what] : gates) {
-    const std::string path = dataset_path(group, name);
-    if (hdf5::link_exists(id, path))
-      throw FileError(file, path, std::string("gated linear attention (") + what +
-                                      ") is not implemented yet; linattn computes level 1 (no decay) and refuses "
-                                      "a gate rather than ignore it");
+  // Gates (docs/HDF5.md, "Gates"): at most one of g_gamma and g, in any
+  // float dtype (read as fp32), shaped by q; GLA's gk is not implemented and
+  // is refused rather than ignored.
+  const std::string gk_path = dataset_path(group, "gk");
+  if (hdf5::link_exists(id, gk_path))
+    throw FileError(file, gk_path,
+                    "gated linear attention with a per-key-channel decay (GLA's gk) is not implemented yet; linattn "
+                    "computes g_gamma (RetNet) and g (Mamba-2) gates and refuses gk rather than ignore it");
+  const std::int64_t B = schema.q.shape[0], T = schema.q.shape[1], H = schema.q.shape[2];
+  for (GateKind kind : {GateKind::per_head, GateKind::per_token}) {
+    const std::string path = dataset_path(group, gate_dataset_name(kind));
+    if (!hdf5::link_exists(id, path)) continue;
+    if (schema.gate != GateKind::none)
+      throw FileError(file, path, std::string("the case holds both g_gamma and g; a case takes one gate (g_gamma [H]: "
+                                              "one decay per head, g [B, T, H]: one per token and head)"));
+    const hdf5::DatasetInfo g = hdf5::dataset_info(id, file, path);
+    const std::vector<std::int64_t> expected =
+        kind == GateKind::per_head ? std::vector<std::int64_t>{H} : std::vector<std::int64_t>{B, T, H};
+    if (g.shape != expected)
+      throw FileError(file, path, "shape " + shape_string(g.shape) + ", expected " +
+                                      (kind == GateKind::per_head ? "[H] = " : "[B, T, H] = ") +
+                                      shape_string(expected) + " (q " + shape_string(schema.q.shape) + ")");
+    check_sizes(id, file, path, g);
+    schema.gate = kind;
   }
-  for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens"}) {
+  for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens", "g_gamma", "g"}) {
     const std::string path = dataset_path(group, name);
     if (hdf5::link_exists(id, path) && hdf5::reads_other_files(hdf5::open_dataset(id, file, path).get()))
       schema.external_data.push_back(name);
@@ -248,6 +261,38 @@ void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>
                       " (--allow-nonfinite accepts them)");
 }
 
+void check_log_decays(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                      const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
+                      const std::string& window) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  const std::size_t size = dtype_size(dtype);
+  std::int64_t bad = 0, first = -1;
+  double x = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const double e = dtype == DType::f32 ? static_cast<const float*>(data)[i]
+                     : dtype == DType::f64 ? static_cast<const double*>(data)[i]
+                                           : element_as_double(static_cast<const unsigned char*>(data) + i * size, dtype);
+    if (e <= 0.0 && std::isfinite(e)) continue;
+    if (bad++ == 0) {
+      first = i;
+      x = e;
+    }
+  }
+  if (bad == 0) return;
+  std::vector<std::int64_t> idx(shape.size());
+  std::int64_t flat = first;
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    idx[a] = flat % shape[a] + (a < origin.size() ? origin[a] : 0);
+    flat /= shape[a];
+  }
+  throw FileError(file, path,
+                  std::to_string(bad) + " element" + (bad > 1 ? "s are not log-decays" : " is not a log-decay") +
+                      " (finite, <= 0)" + (window.empty() ? "" : " " + window) + ", the first " +
+                      (std::isnan(x) ? std::string("NaN") : std::isinf(x) ? (x > 0 ? "+Inf" : "-Inf") : std::to_string(x)) +
+                      " at " + shape_string(idx) + " (a gate holds log(decay): logsigmoid of the gate logits)");
+}
+
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options) {
   const hdf5::File f = hdf5::open_read_only(file);
   const hid_t id = f.get();
@@ -263,6 +308,16 @@ CaseData read_case(const std::string& file, const std::string& group, const Read
     if (!tensor) continue;
     *tensor = hdf5::read_tensor(id, file, path);
     if (!options.allow_nonfinite) check_finite(tensor->bytes.data(), tensor->dtype, tensor->shape, {}, file, path);
+  }
+  if (schema.gate != GateKind::none) {
+    const std::string path = dataset_path(group, gate_dataset_name(schema.gate));
+    const hdf5::Dataset g = hdf5::open_dataset(id, file, path);
+    const hdf5::DatasetInfo info = hdf5::dataset_info(id, file, path);
+    data.log_decay = Tensor(DType::f32, info.shape);
+    const std::vector<hsize_t> start(info.shape.size(), 0), count(info.shape.begin(), info.shape.end());
+    hdf5::read_block(g.get(), H5T_NATIVE_FLOAT, start, count, data.log_decay.bytes.data(), file, path);
+    check_log_decays(data.log_decay.bytes.data(), DType::f32, info.shape, {}, file, path);
+    data.gate = schema.gate;
   }
   data.cu_seqlens = schema.cu_seqlens;
   data.external_data = schema.external_data;
@@ -286,6 +341,8 @@ void write_input_file(const std::string& path, const std::vector<NamedCase>& cas
     }
     if (!c.data.cu_seqlens.empty())
       hdf5::write_index_vector(out.id(), path, dataset_path(c.group, "cu_seqlens"), c.data.cu_seqlens);
+    if (c.data.gate != GateKind::none)
+      hdf5::write_tensor(out.id(), path, dataset_path(c.group, gate_dataset_name(c.data.gate)), c.data.log_decay, options);
   }
   out.commit();
 }

@@ -1,10 +1,12 @@
 // The input schema (docs/HDF5.md): datasets q, k [B, T, H, DK] and
 // v [B, T, H, DV], optionally initial_state [N, H, DK, DV], z_state [N, H, DK]
-// (the initial key sum of a normalized run) and cu_seqlens (int64 [N + 1],
-// packed variable-length sequences, B = 1; without it N = B), at the root or
-// in groups; each location holding q, k or v is one case of a batch.
+// (the initial key sum of a normalized run), cu_seqlens (int64 [N + 1],
+// packed variable-length sequences, B = 1; without it N = B) and one decay
+// gate, g_gamma [H] or g [B, T, H] (log-decays <= 0, core/gate.hpp), at the
+// root or in groups; each location holding q, k or v is one case of a batch.
 #pragma once
 
+#include "core/gate.hpp"
 #include "core/tensor.hpp"
 #include "io/hdf5_dataset.hpp"
 
@@ -31,6 +33,8 @@ struct CaseData {
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   Tensor initial_z;                     // dataset z_state; empty when the case has none
   std::vector<std::string> external_data;  // as in CaseSchema
+  GateKind gate = GateKind::none;       // which gate dataset the case holds
+  Tensor log_decay;                     // g_gamma [H] or g [B, T, H] in fp32 (read_case); empty for none
 };
 
 // What a case holds, from its metadata alone (read_case's schema checks, and
@@ -42,6 +46,7 @@ struct CaseSchema {
   hdf5::DatasetInfo q, k, v;
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   bool has_initial_state = false, has_initial_z = false;
+  GateKind gate = GateKind::none;  // g_gamma or g, its shape checked against q's B, T and H
   // The datasets ("q", "cu_seqlens") whose data are in other files, which
   // --allow-external-data accepted (hdf5::check_storage); the result line names them.
   std::vector<std::string> external_data;
@@ -62,19 +67,27 @@ struct ReadOptions {
   bool allow_nonfinite = false;  // accept NaN and Inf elements
 };
 
+// Throws FileError naming the first of `count` log-decays of `dtype` (fp32 or
+// fp64) at `data` that is not a finite value <= 0 (NaN, Inf, positive), with
+// its index (shape `shape`, `origin` added) and `window` as check_finite does.
+void check_log_decays(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
+                      const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
+                      const std::string& window = "");
+
 // Reads one case and checks it against the schema, so that nothing reaches a
 // kernel unchecked. Throws FileError naming the file, the dataset and what is
 // wrong: missing q/k/v, not a dataset, unsupported dtype, q/k/v dtypes
 // differing, rank, a zero dimension, B/T/H or DK disagreeing, initial_state or
 // z_state of the wrong shape, a layout other than BTHD, cu_seqlens that is not
 // an integer vector or breaks the rules of validate_sequences (B = 1, starts
-// at 0, increasing, ends at T), a gate (g_gamma, g or gk: levels 2 and up are
-// not implemented, and a gate is refused rather than ignored), and NaN or Inf
-// elements unless allowed.
+// at 0, increasing, ends at T), a gate of the wrong shape, both g and g_gamma,
+// gk (GLA's per-channel gate, not implemented: refused rather than ignored),
+// a log-decay that is not a finite value <= 0 (always), and NaN or Inf
+// elements of the other datasets unless allowed.
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options = {});
 
 // Writes cases in the input schema (q, k, v with layout="BTHD", and
-// initial_state, z_state and cu_seqlens when present) to a new file at path, via path.partial. Used by
+// initial_state, z_state, cu_seqlens and the gate when present) to a new file at path, via path.partial. Used by
 // `linattn generate` and the tests.
 struct NamedCase {
   std::string group;  // "" for the root

@@ -44,6 +44,7 @@ void write_run_record(hid_t f, const std::string& path, const RunRecord& r) {
   hdf5::write_attribute(f, path, "/", "input_group", r.input_group);
   hdf5::write_attribute(f, path, "/", "normalize", static_cast<std::int64_t>(r.normalize ? 1 : 0));
   hdf5::write_attribute(f, path, "/", "num_sequences", r.num_sequences);
+  hdf5::write_attribute(f, path, "/", "gate", r.gate);
 }
 
 void write_output_file(const std::string& path, const OutputData& out, const hdf5::WriteOptions& options) {
@@ -91,6 +92,7 @@ RunRecord read_run_record(hid_t f, const std::string& path) {
   r.input_group = required_string(f, path, "input_group");
   r.normalize = hdf5::read_number_attribute(f, path, "/", "normalize").value_or(0.0) != 0.0;
   r.num_sequences = static_cast<std::int64_t>(hdf5::read_number_attribute(f, path, "/", "num_sequences").value_or(0.0));
+  r.gate = hdf5::read_string_attribute(f, path, "/", "gate").value_or("none");
   return r;
 }
 

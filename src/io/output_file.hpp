@@ -34,6 +34,7 @@ struct RunRecord {
   std::string input_group;          // "/" for a case at the root
   bool normalize = false;           // attribute normalize (0/1); absent in older files: 0
   std::int64_t num_sequences = 0;   // attribute num_sequences (B, or N packed sequences)
+  std::string gate = "none";        // attribute gate: the input's gate dataset, "g_gamma" or "g"; absent in older files: "none"
 };
 
 struct OutputData {

@@ -62,6 +62,9 @@ void check_forward(const Problem& p, const ForwardConfig& config, DType input) {
   validate(p);
   if (config.block_dv < 0) throw std::invalid_argument("block_dv must be >= 0");
   if (config.segments < 0 || config.segments > 65535) throw std::invalid_argument("segments must be in 0..65535");
+  if (config.normalize && config.gate != GateKind::none)
+    throw std::invalid_argument(std::string("normalize with a gate ('") + gate_dataset_name(config.gate) +
+                                "') is refused: flash-linear-attention has no such mode");
   const PathChoice choice = choose_forward_path(p, config, input);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
 }
@@ -82,9 +85,6 @@ void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gat
   }
   const char* name = gate_dataset_name(config.gate);
   if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
-  if (config.normalize)
-    throw std::invalid_argument(std::string("normalize with a gate ('") + name +
-                                "') is refused: flash-linear-attention has no such mode");
   require_shape(*gate, gate_shape(p, config.gate), name);
   const std::vector<double> g = gate->to_double();
   const std::int64_t bad = first_bad_log_decay(g);

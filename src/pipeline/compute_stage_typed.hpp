@@ -44,6 +44,7 @@ class TypedComputeStage final : public ComputeStage {
     std::vector<unsigned char> in(static_cast<std::size_t>(l.input_bytes)), out(static_cast<std::size_t>(l.output_bytes));
     const In half = from_acc<In>(Acc(0.5));
     for (std::size_t i = 0; i + sizeof(In) <= in.size(); i += sizeof(In)) std::memcpy(&in[i], &half, sizeof(In));
+    std::memset(in.data() + l.gate, 0, static_cast<std::size_t>(l.input_bytes - l.gate));  // log-decays of 0: valid
     WindowJob job{&p, &s, &w, l, in.data(), out.data()};
     run(job);
     Kokkos::fence();
@@ -78,6 +79,8 @@ class TypedComputeStage final : public ComputeStage {
     const std::int64_t azs = s.normalize ? arena_.template take<Acc>(N * zrow) : -1;
     const bool raw_o = s.normalize && !std::is_same<Out, Acc>::value && normalize_writes_raw_o(choose_path_here<In>(p, config_));
     const std::int64_t araw = raw_o ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
+    const std::int64_t gate_count = s.gate == GateKind::per_token ? R * Tw * H : s.gate == GateKind::per_head ? H : 0;
+    const std::int64_t ag = zero_copy || gate_count == 0 ? -1 : arena_.template take<Acc>(gate_count);
     arena_.grow();
     In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.template at<In>(aq);
     In* k = zero_copy ? host_ptr<In>(job.input, l.k) : arena_.template at<In>(ak);
@@ -89,6 +92,7 @@ class TypedComputeStage final : public ComputeStage {
     Acc* z0 = arena_.template at<Acc>(az0);
     Acc* zs = arena_.template at<Acc>(azs);
     Acc* o_raw = arena_.template at<Acc>(araw);
+    Acc* g = gate_count == 0 ? nullptr : zero_copy ? host_ptr<Acc>(job.input, l.gate) : arena_.template at<Acc>(ag);
     if (first) {
       carry_.reset();
       const std::int64_t carry_rows = whole.varlen() ? 1 : whole.B;
@@ -104,6 +108,7 @@ class TypedComputeStage final : public ComputeStage {
       upload(q, job.input + l.q, R * Tw * H * DK * sizeof(In));
       upload(k, job.input + l.k, R * Tw * H * DK * sizeof(In));
       upload(v, job.input + l.v, R * Tw * H * DV * sizeof(In));
+      if (g) upload(g, job.input + l.gate, gate_count * sizeof(Acc));
     }
     const std::int64_t fresh_slot = N - l.fresh_rows;  // the first state row that starts here
     if (s0) {
@@ -142,6 +147,10 @@ class TypedComputeStage final : public ComputeStage {
     if (h) views.h = DeviceView5<Snap>(h, hs[0], hs[1], hs[2], hs[3], hs[4]);
     views.final_state = DeviceView4<Acc>(fs, N, H, DK, DV);
     views.o = DeviceView4<Out>(o, R, Tw, H, DV);
+    if (s.gate == GateKind::per_token) views.g = DeviceView3<const Acc>(g, R, Tw, H);
+    if (s.gate == GateKind::per_head) views.g_gamma = DeviceView1<const Acc>(g, H);
+    ForwardConfig config = config_;
+    config.gate = s.gate;  // the case's own (one stage serves every case of its input type)
     VariantRun ran;
     if (s.normalize) {
       NormalizeViews<Acc> norm;
@@ -149,9 +158,9 @@ class TypedComputeStage final : public ComputeStage {
       else if (o_raw) norm.o_raw = DeviceView4<Acc>(o_raw, R, Tw, H, DV);
       if (z0) norm.z0 = DeviceView3<const Acc>(z0, N, H, DK);
       norm.z_state = DeviceView3<Acc>(zs, N, H, DK);
-      ran = run_variant_normalized(p, config_, views, norm);
+      ran = run_variant_normalized(p, config, views, norm);
     } else {
-      ran = run_variant(p, config_, views);
+      ran = run_variant(p, config, views);
     }
     Kokkos::fence();
     times.kernel = timer.seconds();

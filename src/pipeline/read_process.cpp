@@ -45,7 +45,7 @@ struct OpenCase {
   bool allow_nonfinite = false;
   CaseSchema schema;
   hdf5::File handle;
-  hdf5::Dataset q, k, v, initial_state, initial_z;
+  hdf5::Dataset q, k, v, initial_state, initial_z, gate;
 };
 
 class Worker {
@@ -113,6 +113,8 @@ class Worker {
     if (c.schema.has_initial_state)
       c.initial_state = hdf5::open_dataset(c.handle.get(), file, dataset_path(group, "initial_state"));
     if (c.schema.has_initial_z) c.initial_z = hdf5::open_dataset(c.handle.get(), file, dataset_path(group, "z_state"));
+    if (c.schema.gate != GateKind::none)
+      c.gate = hdf5::open_dataset(c.handle.get(), file, dataset_path(group, gate_dataset_name(c.schema.gate)));
     send_message(socket_, MessageKind::schema, encode(c.schema));
     open_ = std::move(c);
   }
@@ -142,18 +144,25 @@ class Worker {
       std::vector<hsize_t> start, count;
       hid_t type;
       DType dtype;
-      bool along_t;  // q, k, v: a window of the sequence
+      bool along_t;  // q, k, v, g: a window of the sequence
+      bool log_decays;  // the gate: checked as log-decays, always
     };
     std::vector<Part> parts = {
-        {&c.q, "q", r.q_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DK}, in_type.get(), in, true},
-        {&c.k, "k", r.k_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DK}, in_type.get(), in, true},
-        {&c.v, "v", r.v_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DV}, in_type.get(), in, true}};
+        {&c.q, "q", r.q_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DK}, in_type.get(), in, true, false},
+        {&c.k, "k", r.k_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DK}, in_type.get(), in, true, false},
+        {&c.v, "v", r.v_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DV}, in_type.get(), in, true, false}};
     if (r.state_rows > 0)
       parts.push_back({&c.initial_state, "initial_state", r.state_offset, {hsize_t(r.state_row0), 0, 0, 0},
-                       {hsize_t(r.state_rows), H, DK, DV}, acc_type.get(), acc, false});
+                       {hsize_t(r.state_rows), H, DK, DV}, acc_type.get(), acc, false, false});
     if (r.z_rows > 0)
       parts.push_back({&c.initial_z, "z_state", r.z_offset, {hsize_t(r.z_row0), 0, 0}, {hsize_t(r.z_rows), H, DK},
-                       acc_type.get(), acc, false});
+                       acc_type.get(), acc, false, false});
+    if (r.gate != static_cast<std::int64_t>(c.schema.gate))
+      throw std::runtime_error("read_window for another gate than the case's");
+    if (c.schema.gate == GateKind::per_token)
+      parts.push_back({&c.gate, "g", r.gate_offset, {0, hsize_t(r.t0), 0}, {B, T, H}, acc_type.get(), acc, true, true});
+    else if (c.schema.gate == GateKind::per_head)
+      parts.push_back({&c.gate, "g_gamma", r.gate_offset, {0}, {H}, acc_type.get(), acc, false, true});
     for (const Part& p : parts) {
       std::int64_t bytes = static_cast<std::int64_t>(dtype_size(p.dtype));
       for (hsize_t d : p.count) bytes *= static_cast<std::int64_t>(d);
@@ -161,11 +170,10 @@ class Worker {
       if (!p.ds->valid()) throw FileError(c.file, path, "missing");
       unsigned char* dst = at(p.offset, bytes);
       hdf5::read_block(p.ds->get(), p.type, p.start, p.count, dst, c.file, path);
-      if (!c.allow_nonfinite) {
-        const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
-        const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
-        check_finite(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
-      }
+      const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
+      const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
+      if (p.log_decays) check_log_decays(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
+      else if (!c.allow_nonfinite) check_finite(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     send_message(socket_, MessageKind::done, MessageWriter().i64(static_cast<std::int64_t>(seconds * 1e9)).bytes());

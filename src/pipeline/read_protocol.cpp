@@ -118,7 +118,8 @@ namespace {
 constexpr std::int64_t WindowRead::*kWindowReadFields[] = {
     &WindowRead::t0,       &WindowRead::t1,       &WindowRead::state_row0,   &WindowRead::state_rows,
     &WindowRead::z_row0,   &WindowRead::z_rows,   &WindowRead::q_offset,     &WindowRead::k_offset,
-    &WindowRead::v_offset, &WindowRead::state_offset, &WindowRead::z_offset, &WindowRead::accumulation_dtype};
+    &WindowRead::v_offset, &WindowRead::state_offset, &WindowRead::z_offset, &WindowRead::accumulation_dtype,
+    &WindowRead::gate,     &WindowRead::gate_offset};
 
 }  // namespace
 
@@ -139,6 +140,7 @@ std::string encode(const CaseSchema& s) {
   MessageWriter w;
   for (const hdf5::DatasetInfo* info : {&s.q, &s.k, &s.v}) w.i64(static_cast<std::int64_t>(info->dtype)).i64s(info->shape);
   w.i64(s.has_initial_state).i64(s.has_initial_z).i64s(s.cu_seqlens);
+  w.i64(static_cast<std::int64_t>(s.gate));
   w.i64(static_cast<std::int64_t>(s.external_data.size()));
   for (const std::string& name : s.external_data) w.str(name);
   return w.bytes();
@@ -158,6 +160,10 @@ CaseSchema decode_case_schema(const std::string& payload) {
   s.has_initial_state = m.i64() != 0;
   s.has_initial_z = m.i64() != 0;
   s.cu_seqlens = m.i64s();
+  const std::int64_t gate = m.i64();
+  if (gate < 0 || gate > static_cast<std::int64_t>(GateKind::per_token))
+    throw std::runtime_error("malformed message from the reader process");
+  s.gate = static_cast<GateKind>(gate);
   const std::int64_t external = m.i64();
   if (external < 0 || external > 16) throw std::runtime_error("malformed message from the reader process");
   for (std::int64_t i = 0; i < external; ++i) s.external_data.push_back(m.str());

@@ -64,14 +64,17 @@ void send_message(int fd, MessageKind kind, const std::string& payload);
 // Waits for a whole message until `deadline` (Clock::time_point::max(): no limit).
 MessageKind receive_message(int fd, std::string& payload, Clock::time_point deadline = Clock::time_point::max());
 
-// One window's reads: blocks of q, k, v along T (all rows) and rows of
-// initial_state and z_state (converted to the accumulation type), each to a
-// byte offset of the shared input region.
+// One window's reads: blocks of q, k, v along T (all rows), rows of
+// initial_state and z_state, and the gate (g's block along T, or all of
+// g_gamma), the last three converted to the accumulation type, each to a byte
+// offset of the shared input region.
 struct WindowRead {
   std::int64_t t0 = 0, t1 = 0;
   std::int64_t state_row0 = 0, state_rows = 0, z_row0 = 0, z_rows = 0;
   std::int64_t q_offset = 0, k_offset = 0, v_offset = 0, state_offset = 0, z_offset = 0;
-  std::int64_t accumulation_dtype = 0;  // DType of the state rows in memory
+  std::int64_t accumulation_dtype = 0;  // DType of the state rows and the gate in memory
+  std::int64_t gate = 0;                // GateKind of the case: 0 none (nothing read)
+  std::int64_t gate_offset = 0;
 };
 std::string encode(const WindowRead& r);
 WindowRead decode_window_read(const std::string& payload);

@@ -9,6 +9,7 @@ namespace {
 // Per-part byte counts of one case, so that a window's bytes are sums of products.
 struct UnitBytes {
   std::int64_t in_token, out_token;   // per token of one row
+  std::int64_t in_window;             // per window (g_gamma) and its alignment
   std::int64_t h_chunk;               // per chunk of one row (0 without snapshots)
   std::int64_t fresh_row, final_row;  // per sequence starting / ending in the window (host slots)
   std::int64_t device_row;            // per sequence in the window (device states and key sums)
@@ -22,7 +23,8 @@ UnitBytes unit_bytes(const Problem& p, const CaseStorage& s) {
   const std::int64_t acc = static_cast<std::int64_t>(dtype_size(s.accumulation));
   const std::int64_t state = p.H * p.DK * p.DV * acc, z = p.H * p.DK * acc;
   UnitBytes u{};
-  u.in_token = p.H * (2 * p.DK + p.DV) * in;
+  u.in_token = p.H * (2 * p.DK + p.DV) * in + (s.gate == GateKind::per_token ? p.H * acc : 0);
+  u.in_window = s.gate == GateKind::per_head ? (p.H * acc + 255) / 256 * 256 : 0;
   u.out_token = p.H * p.DV * out;
   u.h_chunk = s.snapshots ? p.H * p.DK * p.DV * static_cast<std::int64_t>(dtype_size(s.snapshot)) : 0;
   u.fresh_row = (s.has_initial_state ? state : 0) + (s.has_initial_z ? z : 0);
@@ -39,7 +41,7 @@ UnitBytes unit_bytes(const Problem& p, const CaseStorage& s) {
 WindowBytes bytes_of(const UnitBytes& u, std::int64_t rows, std::int64_t tokens, std::int64_t chunks,
                      std::int64_t sequences, std::int64_t fresh, std::int64_t finished, std::int64_t carried) {
   WindowBytes b;
-  b.input = rows * tokens * u.in_token + fresh * u.fresh_row;
+  b.input = rows * tokens * u.in_token + fresh * u.fresh_row + u.in_window;
   b.output = rows * (tokens * u.out_token + chunks * u.h_chunk) + finished * u.final_row;
   b.device_extra = (sequences + carried) * u.device_row + rows * (tokens * u.device_token + chunks * u.device_chunk);
   return b;
@@ -208,6 +210,7 @@ WindowLayout window_layout(const Problem& p, const CaseStorage& s, const Window&
   l.v = place(tokens * p.DV * in);
   l.initial_state = place(s.has_initial_state ? l.fresh_rows * p.H * p.DK * p.DV * acc : 0);
   l.initial_z = place(s.has_initial_z ? l.fresh_rows * p.H * p.DK * acc : 0);
+  l.gate = place(s.gate == GateKind::per_token ? tokens * acc : s.gate == GateKind::per_head ? p.H * acc : 0);
   l.input_bytes = at;
   at = 0;
   l.o = place(tokens * p.DV * out);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 
 #include <cstdint>
@@ -27,6 +28,7 @@ struct CaseStorage {
   bool has_initial_state = false;  // the file holds initial_state rows
   bool has_initial_z = false;      // the file holds z_state rows
   bool normalize = false;
+  GateKind gate = GateKind::none;  // g [rows, tokens, H] or g_gamma [H] in each window's input (accumulation type)
 };
 
 struct Window {
@@ -73,8 +75,9 @@ class BudgetError : public std::runtime_error {
 };
 
 // Where a window's parts lie in its host slots (byte offsets, each aligned to
-// 256 bytes). Input slot: q, k, v [rows, tokens, H, D] and the initial_state and
-// z_state rows of the sequences that start in the window (accumulation type).
+// 256 bytes). Input slot: q, k, v [rows, tokens, H, D], the initial_state and
+// z_state rows of the sequences that start in the window, and the gate's
+// g [rows, tokens, H] or g_gamma [H] (accumulation type).
 // Output slot: o [rows, tokens, H, DV], h [rows, chunks, H, DK, DV], and the
 // final_state and z_state rows of the sequences that end in it.
 struct WindowLayout {
@@ -82,7 +85,7 @@ struct WindowLayout {
   std::int64_t states = 0;            // sequences (state rows) on the device: B, or the window's sequences
   std::int64_t fresh_row0 = 0, fresh_rows = 0;        // sequences starting in the window (file rows)
   std::int64_t finished_row0 = 0, finished_rows = 0;  // sequences ending in it (file rows)
-  std::int64_t q = 0, k = 0, v = 0, initial_state = 0, initial_z = 0, input_bytes = 0;
+  std::int64_t q = 0, k = 0, v = 0, initial_state = 0, initial_z = 0, gate = 0, input_bytes = 0;
   std::int64_t o = 0, h = 0, final_state = 0, final_z = 0, output_bytes = 0;
 };
 WindowLayout window_layout(const Problem& whole, const CaseStorage& storage, const Window& w);

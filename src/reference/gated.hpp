@@ -1,5 +1,5 @@
-// fp64 host references for the gated levels 2 and 3 (README.md, "Gated levels
-// (coming)"): per sequence and head, with log-decays g_t <= 0 and a_t = exp(g_t),
+// fp64 host references for the gated levels 2 and 3 (README.md, "Gated levels"):
+// per sequence and head, with log-decays g_t <= 0 and a_t = exp(g_t),
 //   S_t = a_t S_{t-1} + k_t v_t^T,    o_t = scale * S_t^T q_t
 // Level 2 (RetNet) has one g per head (g_gamma [H]); level 3 (Mamba-2) one per
 // token and head (g [B, T, H], packed: [1, T, H]). Level 1 is the gate `none`
