@@ -8,8 +8,8 @@ value. `linattn run` (exit 1) must write the three good cases and fail each bad
 one with a line naming its dataset; the gated outputs must match a numpy fp64
 recurrence S_t = exp(g_t) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t (and be far
 from the level-1 one, so the check can fail), carry the attribute gate, and pass
-`linattn verify`. The backward of a gated case is not implemented: `linattn
-backward` must refuse it. A gate removed from the input after its forward ran
+`linattn verify`. `linattn backward` of the gated forwards must write dg [1, T,
+H] or dg_gamma [H], and verify must check them. A gate removed from the input after its forward ran
 makes `verify` refuse (exit 2), as does a gate added to the plain case.
 
 Usage: gates_in_files.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when h5py or
@@ -129,21 +129,33 @@ with h5py.File(batch, "r") as f:
         if rc != 0 or "verify: ok" not in vout:
             fail(f"verify {group}: exit {rc}\n{vout}{verr}")
 
-# The backward of a gated case is not implemented: refused, not computed as level 1.
-forward = os.path.join(outdir, "gates.mamba.h5")
+# The backward of the gated cases: dg (g) or dg_gamma (g_gamma) beside dq, dk, dv, dh0, and verify checks them.
 grad = os.path.join(WORK, "grad.h5")
 with h5py.File(grad, "w") as f:
-    f["mamba/do"] = data(1, T, H, DV)
-if os.path.exists(forward):
-    bwd = os.path.join(WORK, "bwd")
+    for group in ("mamba", "retnet"):
+        f[f"{group}/do"] = data(1, T, H, DV)
+bwd = os.path.join(WORK, "bwd")
+for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma", (H,))):
+    forward = os.path.join(outdir, f"gates.{group}.h5")
+    if not os.path.exists(forward):
+        continue
     rc, out, err = linattn("backward", forward, "--grad", grad, "-o", bwd, "--no-fsync")
-    line = next((l for l in err.splitlines() if "dataset 'mamba/g'" in l), "")
-    if rc != 1 or "not implemented yet" not in line:
-        fail(f"backward of a gated case: exit {rc}, expected 1 with a line naming mamba/g\n{out}{err}")
+    if rc != 0:
+        fail(f"backward {group}: exit {rc}\n{out}{err}")
+        continue
+    path = os.path.join(bwd, f"gates.{group}.grad.h5")
+    with h5py.File(path, "r") as g:
+        got = g[dataset].shape if dataset in g else None
+        other = "dg_gamma" if dataset == "dg" else "dg"
+        if other in g:
+            fail(f"backward {group}: {other} written beside {dataset}")
+    if got != shape:
+        fail(f"backward {group}: {dataset} has shape {got}, expected {shape}")
+    rc, vout, verr = linattn("verify", path)
+    if rc != 0 or "verify: ok" not in vout or dataset not in vout:
+        fail(f"verify {path}: exit {rc}, expected ok with a {dataset} row\n{vout}{verr}")
     else:
-        print(f"  backward refused: {line.split(': ', 1)[-1]}")
-    if os.path.isdir(bwd) and os.listdir(bwd):
-        fail(f"backward: outputs left after a refusal: {sorted(os.listdir(bwd))}")
+        print(f"  backward {group}: {dataset} {shape}, verify ok")
 
 # The input changed after the run: verify refuses rather than compare against another problem.
 with h5py.File(batch, "r+") as f:
@@ -160,4 +172,4 @@ for group in ("mamba", "plain"):
         print(f"  verify {group} refused: {verr.strip().splitlines()[-1]}")
 
 check.finish("g and g_gamma ran and matched the fp64 recurrence, gk, both gates and a positive g were refused, "
-             "backward refused a gated case, verify caught changed gates")
+             "the backward wrote dg and dg_gamma and verified, verify caught changed gates")

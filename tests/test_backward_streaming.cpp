@@ -6,6 +6,7 @@
 // with dht and initial states, from stored snapshots (fp32, bf16) and with
 // --recompute-h; `linattn verify` accepts the streamed output.
 #include "cli_runner.hpp"
+#include "core/error_metrics.hpp"
 #include "io/grad_input_file.hpp"
 #include "io/grad_output_file.hpp"
 #include "io/hdf5_dataset.hpp"
@@ -198,6 +199,75 @@ TEST_F(BackwardStreaming, WindowsGiveTheBitsOfTheWholeCase) {
       EXPECT_EQ(v.code, 0) << v.output;
       EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
     }
+  }
+}
+
+// Gated cases (g per token, g_gamma per head), plain and packed: the windows
+// carry dS and, for dg, its running sum at each window's first token, so dq,
+// dk, dv, dh0 and dg are the whole case's bits; dg_gamma sums dg over the
+// windows in another order (fp64), so it agrees to rounding. `verify` accepts
+// the streamed outputs, dg included.
+TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
+  TempDir dir("gated-backward-streaming");
+  auto cli = [&](const std::string& args) { return linattn_cli(dir, args); };
+  const std::string fwd = dir / "fwd";
+  const struct {
+    const char* name;
+    const char* generate;
+  } cases[] = {{"g_plain", "--shape 2,1000,2,16,24 --dtype fp32 --gate g --gate-strength 0.3"},
+               {"gamma_packed", "--shape 1,1,2,16,24 --dtype bf16 --seqlens 1,63,64,65,3000,700,5,129 --gate gamma"}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string input = dir / (std::string(c.name) + ".h5"), grad = dir / (std::string(c.name) + "_grad.h5");
+    const std::string forward = fwd + "/" + c.name + ".case0.h5";
+    Exit e = cli("generate -o '" + input + "' " + c.generate + " --initial-state --seed 45");
+    ASSERT_EQ(e.code, 0) << e.output;
+    e = cli("run '" + input + "' -o '" + fwd + "' --chunk 32 --scale 0.5");
+    ASSERT_EQ(e.code, 0) << e.output;
+    e = cli("generate --grad '" + input + "' -o '" + grad + "' --seed 46");
+    ASSERT_EQ(e.code, 0) << e.output;
+    const std::string base = "backward '" + forward + "' --grad '" + grad + "' -o '";
+    const Exit whole = cli(base + dir / (std::string(c.name) + "-whole") + "'");
+    ASSERT_EQ(whole.code, 0) << whole.output;
+    const Exit streamed = cli(base + dir / (std::string(c.name) + "-streamed") + "' --memory-budget 1M");
+    ASSERT_EQ(streamed.code, 0) << streamed.output;
+    EXPECT_GE(windows_reported(streamed.output, forward), 4) << streamed.output;
+    const std::string stem = std::string("/") + c.name + ".case0.grad.h5";
+    const GradOutputData a = read_grad_output_file(dir / (std::string(c.name) + "-whole") + stem);
+    const GradOutputData b = read_grad_output_file(dir / (std::string(c.name) + "-streamed") + stem);
+    expect_same_bits(a.dq, b.dq, "dq");
+    expect_same_bits(a.dk, b.dk, "dk");
+    expect_same_bits(a.dv, b.dv, "dv");
+    expect_same_bits(a.dh0, b.dh0, "dh0");
+    const bool per_head = std::string(c.name).rfind("gamma", 0) == 0;
+    if (per_head) {
+      ASSERT_EQ(b.dg_gamma.shape, std::vector<std::int64_t>{2});
+      EXPECT_TRUE(a.dg.empty() && b.dg.empty());
+      EXPECT_LE(relative_l2(b.dg_gamma.to_double(), a.dg_gamma.to_double()), 1e-6);
+    } else {
+      expect_same_bits(a.dg, b.dg, "dg");
+      EXPECT_TRUE(a.dg_gamma.empty());
+    }
+    EXPECT_EQ(b.record.run.gate, per_head ? "g_gamma" : "g");
+    // The whole case in memory, as run_backward gives it.
+    const CaseData in = read_case(input, "case0");
+    const hdf5::File f = hdf5::open_read_only(forward);
+    const Tensor h = hdf5::read_tensor(f.get(), forward, "h");
+    const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, 32, 0.5, &in.initial_state.shape,
+                                          in.cu_seqlens);
+    const GradData g = read_grad_case(grad, "case0", p, in.q.dtype);
+    BackwardConfig config;
+    config.gate = in.gate;
+    const BackwardOutput ref =
+        run_backward(p, config, in.q, in.k, in.v, &h, &in.initial_state, g.d_o, &g.dht, &in.log_decay);
+    expect_same_bits(ref.dq, a.dq, "dq (in memory)");
+    expect_same_bits(ref.dh0, a.dh0, "dh0 (in memory)");
+    if (per_head) expect_same_bits(ref.dg_gamma, a.dg_gamma, "dg_gamma (in memory)");
+    else expect_same_bits(ref.dg, a.dg, "dg (in memory)");
+    const Exit v = cli("verify '" + dir / (std::string(c.name) + "-streamed") + stem + "'");
+    EXPECT_EQ(v.code, 0) << v.output;
+    EXPECT_TRUE(contains(v.output, per_head ? "dg_gamma" : "dg ")) << v.output;
+    EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
   }
 }
 

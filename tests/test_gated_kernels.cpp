@@ -6,8 +6,8 @@
 // DK != DV, chunks 16 and 64, outputs poisoned first: o, h and final_state
 // against the fp64 chunked reference (reference/gated.hpp) at the levels of
 // core/accuracy_levels.hpp. A gate of zeros gives level 1's bits; the paths
-// that do not take a gate yet refuse it; bad gates are refused. CUDA builds
-// refuse gates for now (path_choice.cpp): there these tests report themselves skipped.
+// that do not take a gate yet refuse it; bad gates are refused. On CUDA
+// builds the same tests run the kokkoskernels path.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"

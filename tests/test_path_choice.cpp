@@ -591,6 +591,15 @@ TEST(BackwardPathChoice, Bf16OnCudaTakesTensorCores) {
 
 // fp32 inputs (fp32 tiles, three TF32 products) at every head size, their
 // gradients in fp32 whether or not --out-dtype fp32 says so.
+// A gated backward runs on the TeamPolicy kernel; tensor cores refuse it, saying why.
+TEST(BackwardPathChoice, GatesTakeTheTeamPolicyBackward) {
+  BackwardPathFacts f = backward_on_cuda();
+  f.gated = true;
+  EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
+  f.requested = GemmPath::tensor_core;
+  EXPECT_NE(backward_refusal_of(f).find("does not take a decay gate yet"), std::string::npos) << backward_refusal_of(f);
+}
+
 TEST(BackwardPathChoice, Fp32InputsTakeTensorCores) {
   BackwardPathFacts f = backward_on_cuda();
   f.input = DType::f32;

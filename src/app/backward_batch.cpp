@@ -150,13 +150,10 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
     const hdf5::File f = hdf5::open_read_only(c.input_file);
     c.in = inspect_case(f.get(), c.input_file, c.group);
   }
-  if (c.in.gate != GateKind::none)
-    throw FileError(c.input_file, dataset_path(c.group, gate_dataset_name(c.in.gate)),
-                    "the backward of a gated case is not implemented yet (no dg); linattn refuses it rather than "
-                    "compute level 1's gradients");
-  if (rec.gate != "none")
-    throw FileError(r.forward, "is a gated forward (gate '" + rec.gate +
-                                   "'), but its input case holds no gate (the input changed since the forward?)");
+  if (rec.gate != gate_dataset_name(c.in.gate))
+    throw FileError(r.forward, "was made with gate '" + rec.gate + "', but its input case " + c.input_file + ":" +
+                                   rec.input_group + " holds gate '" + gate_dataset_name(c.in.gate) +
+                                   "' (the input changed since the forward?)");
   c.dtype = c.in.q.dtype;
   if (rec.input_dtype != dtype_name(c.dtype))
     throw FileError(c.input_file, dataset_path(c.group, "q"),
@@ -223,6 +220,7 @@ GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const 
   run.input_file_relative = input.relative;
   run.input_group = c.fw.record.input_group;
   run.num_sequences = p.num_sequences();
+  run.gate = gate_dataset_name(s.gate);
   gr.forward_file = forward.absolute;
   gr.forward_file_relative = forward.relative;
   gr.grad_file = grad.absolute;
@@ -239,7 +237,7 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
   if (!pipeline::creation_begins()) throw std::runtime_error("interrupted");
   try {
     registration = std::make_unique<pipeline::PartialRegistration>(path + ".partial");
-    auto out = std::make_unique<GradOutputStream>(path, p, s.output, s.accumulation);
+    auto out = std::make_unique<GradOutputStream>(path, p, s.output, s.accumulation, s.gate);
     pipeline::creation_ends();
     return out;
   } catch (...) {
@@ -262,6 +260,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   storage.accumulation = accumulation_dtype(c.dtype);
   storage.snapshot = c.fw.h_dtype;
   storage.recompute_h = opt.backward.recompute_h;
+  storage.gate = c.in.gate;
   const std::int64_t budget = opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget();
   const std::vector<Window> windows = plan_backward_windows(p, storage, budget);
   r.windows = static_cast<std::int64_t>(windows.size());
@@ -283,6 +282,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   src.input = storage.input;
   src.accumulation = storage.accumulation;
   src.allow_nonfinite = opt.allow_nonfinite;
+  src.gate = c.in.gate;
   const BackwardReader reader(src, p);
   std::unique_ptr<pipeline::PartialRegistration> registration;
   const std::unique_ptr<GradOutputStream> out = open_output(r.output, p, storage, registration);
@@ -292,7 +292,9 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   progress.start_case(label, passes * rows * p.T, passes * traffic);
   StreamedBackwardResult res;
   try {
-    res = run_streamed_backward(p, opt.backward, windows, reader, *out, [&](const Window& w, bool) {
+    BackwardConfig config = opt.backward;
+    config.gate = c.in.gate;
+    res = run_streamed_backward(p, config, windows, reader, *out, [&](const Window& w, bool) {
       progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
     });
   } catch (...) {

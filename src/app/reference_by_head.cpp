@@ -92,11 +92,14 @@ reference::Result forward_reference_by_head(const Problem& p, const reference::I
   return r;
 }
 
-reference::Gradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
-                                                const reference::GradInputs& g, const PieceDone& done) {
+reference::GatedGradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
+                                                     const reference::GradInputs& g, const PieceDone& done,
+                                                     const reference::Gate& gate) {
   validate_shapes(p);
   const std::int64_t DK = p.DK, DV = p.DV;
-  reference::Gradients d;
+  reference::GatedGradients d;
+  const bool gated = gate.kind != GateKind::none;
+  if (gated) d.dg.assign(static_cast<std::size_t>(p.B * p.T * p.H), 0.0);
   d.dq.assign(static_cast<std::size_t>(p.B * p.T * p.H * DK), 0.0);
   d.dk.assign(d.dq.size(), 0.0);
   d.dv.assign(static_cast<std::size_t>(p.B * p.T * p.H * DV), 0.0);
@@ -107,14 +110,22 @@ reference::Gradients backward_reference_by_head(const Problem& p, const referenc
     std::vector<double> s0, dht;
     if (in.initial_state) s0 = piece.gather_state(*in.initial_state);
     if (g.dht) dht = piece.gather_state(*g.dht);
-    const reference::Gradients part = reference::backward_chunked(
-        piece.problem(), {q, k, v, in.initial_state ? &s0 : nullptr}, {d_o, g.dht ? &dht : nullptr});
+    const reference::Inputs piece_in{q, k, v, in.initial_state ? &s0 : nullptr};
+    const reference::GradInputs piece_grad{d_o, g.dht ? &dht : nullptr};
+    const reference::GatedGradients part =
+        gated ? reference::gated_backward_chunked(piece.problem(), piece_in, piece.gate_of(gate), piece_grad)
+              : reference::GatedGradients{reference::backward_chunked(piece.problem(), piece_in, piece_grad), {}, {}};
+    if (gated) piece.scatter_tokens(part.dg, 1, d.dg);
     piece.scatter_tokens(part.dq, DK, d.dq);
     piece.scatter_tokens(part.dk, DK, d.dk);
     piece.scatter_tokens(part.dv, DV, d.dv);
     piece.scatter_state(part.dh0, d.dh0);
     done(piece.tokens(), piece.elements() + piece.length() * DV);  // and do
   });
+  if (gate.kind == GateKind::per_head) {
+    d.dg_gamma.assign(static_cast<std::size_t>(p.H), 0.0);
+    for (std::size_t i = 0; i < d.dg.size(); ++i) d.dg_gamma[i % static_cast<std::size_t>(p.H)] += d.dg[i];
+  }
   return d;
 }
 

@@ -24,7 +24,11 @@ using PieceDone = std::function<void(std::int64_t tokens, std::int64_t elements)
 reference::Result forward_reference_by_head(const Problem& p, const reference::Inputs& in, bool normalized,
                                             const PieceDone& done, const reference::Gate& gate = {});
 
-reference::Gradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
-                                                const reference::GradInputs& g, const PieceDone& done);
+// With a gate, each piece runs reference::gated_backward_chunked on its own
+// log-decays, and dg (every gate) and dg_gamma (per head: dg summed over the
+// head's tokens of every sequence) are filled too.
+reference::GatedGradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
+                                                     const reference::GradInputs& g, const PieceDone& done,
+                                                     const reference::Gate& gate = {});
 
 }  // namespace linattn

@@ -34,10 +34,18 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   const std::string group = rec.input_group == "/" ? "" : rec.input_group;
   // The reference runs on the values as stored, whatever they are.
   const CaseData in = read_case(input, group, ReadOptions{true});
-  if (in.gate != GateKind::none)
-    throw FileError(input, dataset_path(group, gate_dataset_name(in.gate)),
-                    "the backward of a gated case is not implemented yet, so no gradient output was made from it "
-                    "(the input changed since the backward?)");
+  if (rec.gate != gate_dataset_name(in.gate))
+    throw FileError(input, std::string("case '") + (group.empty() ? "/" : group) + "' holds gate '" +
+                               gate_dataset_name(in.gate) + "', but " + path + " was made with gate '" + rec.gate +
+                               "' (wrong --input, or the input changed?)");
+  const Tensor& dg_out = in.gate == GateKind::per_head ? gd.dg_gamma : gd.dg;
+  const std::vector<std::int64_t> dg_shape =
+      in.gate == GateKind::per_head ? std::vector<std::int64_t>{in.q.shape[2]}
+                                    : std::vector<std::int64_t>{in.q.shape[0], in.q.shape[1], in.q.shape[2]};
+  if (in.gate != GateKind::none && dg_out.shape != dg_shape)
+    throw FileError(path, in.gate == GateKind::per_head ? "dg_gamma" : "dg",
+                    dg_out.empty() ? std::string("missing (the case is gated)")
+                                   : "shape " + shape_string(dg_out.shape) + ", expected " + shape_string(dg_shape));
   const DType dtype = in.q.dtype;
   if (rec.input_dtype != dtype_name(dtype))
     throw FileError(input, dataset_path(group, "q"),
@@ -61,10 +69,11 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
 
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
                             s0 = in.initial_state.to_double(), d_o = g.d_o.to_double(), dht = g.dht.to_double();
-  const reference::Gradients ref = with_progress(
+  const reference::GatedGradients ref = with_progress(
       path, p, dtype, in.q.numel() + in.k.numel() + in.v.numel() + g.d_o.numel(), [&](const PieceDone& done) {
         return backward_reference_by_head(p, {q, k, v, has_s0 ? &s0 : nullptr},
-                                          {d_o, g.dht.empty() ? nullptr : &dht}, done);
+                                          {d_o, g.dht.empty() ? nullptr : &dht}, done,
+                                          reference::Gate{in.gate, in.log_decay.to_double()});
       });
 
   // dq reads the snapshots: bf16 ones add one bf16 rounding of the state, as
@@ -82,7 +91,8 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
       << ", scale " << p.scale << ", " << dtype_name(dtype) << " inputs"
       << (p.varlen() ? ", " + std::to_string(p.num_sequences()) + " packed sequences" : "")
       << (gr.recompute_h ? ", snapshots recomputed" : ", " + rec.snapshot_dtype + " snapshots")
-      << (g.dht.empty() ? ", no dht" : "") << ")";
+      << (g.dht.empty() ? ", no dht" : "")
+      << (in.gate != GateKind::none ? std::string(", gate ") + gate_dataset_name(in.gate) : "") << ")";
   std::vector<std::string> external = in.external_data;
   external.insert(external.end(), g.external_data.begin(), g.external_data.end());
   out << external_data_note(external) << "\n";
@@ -94,6 +104,17 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
     ok = ok && below;
     table.rows.push_back({outputs[i].first, dtype_name(outputs[i].second->dtype), scientific(error, 3),
                           scientific(levels[i], 2), below ? "ok" : "ABOVE LEVEL"});
+  }
+  if (in.gate != GateKind::none) {
+    // dg sums over the rest of each sequence: fp32 accumulation to 1e-4 (fp64: 1e-11), plus the
+    // bf16 rounding of the snapshots dq reads (tests/test_gated_backward.cpp, dg_level).
+    const double level = (dtype == DType::f64 ? 1e-11 : 1e-4) + (bf16_snapshots ? unit_roundoff(DType::bf16) : 0.0);
+    const char* name = in.gate == GateKind::per_head ? "dg_gamma" : "dg";
+    const double error = relative_l2(dg_out.to_double(), in.gate == GateKind::per_head ? ref.dg_gamma : ref.dg);
+    const bool below = error <= level;
+    ok = ok && below;
+    table.rows.push_back({name, dtype_name(dg_out.dtype), scientific(error, 3), scientific(level, 2),
+                          below ? "ok" : "ABOVE LEVEL"});
   }
   out << table.str() << (ok ? "verify: ok" : "verify: FAILED (error above the expected level)") << std::endl;
   return ok ? 0 : 1;

@@ -40,6 +40,8 @@ void write_grad_output_file(const std::string& path, const GradOutputData& out, 
   const std::pair<const char*, const Tensor*> tensors[] = {
       {"dq", &out.dq}, {"dk", &out.dk}, {"dv", &out.dv}, {"dh0", &out.dh0}};
   for (const auto& [name, tensor] : tensors) hdf5::write_tensor(f, path, name, *tensor, {});
+  if (!out.dg.empty()) hdf5::write_tensor(f, path, "dg", out.dg, {});
+  if (!out.dg_gamma.empty()) hdf5::write_tensor(f, path, "dg_gamma", out.dg_gamma, {});
   write_grad_dataset_attributes(f, path, packed);
   if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
   write_grad_record(f, path, out.record);
@@ -67,6 +69,8 @@ GradOutputData read_grad_output_file(const std::string& path) {
   out.dk = hdf5::read_tensor(f, path, "dk");
   out.dv = hdf5::read_tensor(f, path, "dv");
   out.dh0 = hdf5::read_tensor(f, path, "dh0");
+  if (hdf5::link_exists(f, "dg")) out.dg = hdf5::read_tensor(f, path, "dg");
+  if (hdf5::link_exists(f, "dg_gamma")) out.dg_gamma = hdf5::read_tensor(f, path, "dg_gamma");
   if (hdf5::link_exists(f, "cu_seqlens")) out.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
   return out;
 }

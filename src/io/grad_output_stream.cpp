@@ -4,13 +4,16 @@
 
 namespace linattn {
 
-GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state)
+GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state,
+                                   GateKind gate)
     : file_(path) {
   const hid_t f = file_.id();
   dq_ = hdf5::create_dataset(f, path, "dq", tokens, p.qk_shape(), {}, false);
   dk_ = hdf5::create_dataset(f, path, "dk", tokens, p.qk_shape(), {}, false);
   dv_ = hdf5::create_dataset(f, path, "dv", tokens, p.v_shape(), {}, false);
   dh0_ = hdf5::create_dataset(f, path, "dh0", state, p.state_shape(), {}, false);
+  if (gate == GateKind::per_token) dg_ = hdf5::create_dataset(f, path, "dg", state, {p.B, p.T, p.H}, {}, false);
+  if (gate == GateKind::per_head) dg_ = hdf5::create_dataset(f, path, "dg_gamma", state, {p.H}, {}, false);
   write_grad_dataset_attributes(f, path, p.varlen());
   if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
 }
@@ -25,12 +28,21 @@ void GradOutputStream::write_dh0(std::int64_t n0, const Tensor& rows) {
   hdf5::write_block_tensor(dh0_.get(), rows, {n0, 0, 0, 0}, path(), "dh0");
 }
 
+void GradOutputStream::write_dg(std::int64_t t0, const Tensor& dg) {
+  hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0}, path(), "dg");
+}
+
+void GradOutputStream::write_dg_gamma(const Tensor& dg_gamma) {
+  hdf5::write_block_tensor(dg_.get(), dg_gamma, {0}, path(), "dg_gamma");
+}
+
 void GradOutputStream::finish(const GradRecord& record, bool durable) {
   write_grad_record(file_.id(), path(), record);
   dq_.close();
   dk_.close();
   dv_.close();
   dh0_.close();
+  if (dg_.valid()) dg_.close();
   file_.commit(durable);
 }
 

@@ -7,6 +7,7 @@
 // .partial file.
 #pragma once
 
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "io/grad_output_file.hpp"
@@ -19,13 +20,17 @@ namespace linattn {
 
 class GradOutputStream {
  public:
-  // dq, dk, dv of `tokens` dtype, dh0 of `state` dtype; cu_seqlens copied for a packed p.
-  GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state);
+  // dq, dk, dv of `tokens` dtype, dh0 (and a gate's dg or dg_gamma) of `state` dtype; cu_seqlens copied for a packed p.
+  GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state,
+                   GateKind gate = GateKind::none);
 
   // The window [t0, t0 + T') of every batch row: dq, dk [rows, T', H, DK], dv [rows, T', H, DV].
   void write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv);
   // dh0 rows [n0, n0 + rows.shape[0]).
   void write_dh0(std::int64_t n0, const Tensor& rows);
+  // dg of the window [t0, t0 + T') of every batch row, [rows, T', H] (gate g), and all of dg_gamma [H] (g_gamma).
+  void write_dg(std::int64_t t0, const Tensor& dg);
+  void write_dg_gamma(const Tensor& dg_gamma);
 
   void finish(const GradRecord& record, bool durable);
   const std::string& path() const { return file_.path(); }
@@ -33,7 +38,7 @@ class GradOutputStream {
 
  private:
   hdf5::NewFile file_;
-  hdf5::Dataset dq_, dk_, dv_, dh0_;
+  hdf5::Dataset dq_, dk_, dv_, dh0_, dg_;
 };
 
 }  // namespace linattn

@@ -10,15 +10,24 @@ namespace linattn {
 
 namespace {
 
+// dg_gamma[h]: dg summed over every token of head h (in fp64, in token order).
+Tensor sum_per_head(const Problem& p, const Tensor& dg, DType dtype) {
+  const std::vector<double> d = dg.to_double();
+  std::vector<double> sum(static_cast<std::size_t>(p.H), 0.0);
+  for (std::size_t i = 0; i < d.size(); ++i) sum[i % static_cast<std::size_t>(p.H)] += d[i];
+  return Tensor::from_double(dtype, {p.H}, sum);
+}
+
 // The forward's snapshots in the accumulation type, recomputed on the device
 // (fused variant, whatever path the forward takes here).
-template <class In, class Acc>
-DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const In>& q, const DeviceView4<const In>& k,
-                                     const DeviceView4<const In>& v, const DeviceView4<const Acc>& s0) {
+template <class In, class Acc, class Views>
+DeviceView5<Acc> recompute_snapshots(const Problem& p, const Views& views, const DeviceView4<const Acc>& s0) {
   ForwardViews<In, Acc, Acc, Acc> fw;
-  fw.q = q;
-  fw.k = k;
-  fw.v = v;
+  fw.q = views.q;
+  fw.k = views.k;
+  fw.v = views.v;
+  fw.g = views.g;
+  fw.g_gamma = views.g_gamma;
   fw.initial_state = s0;
   fw.o = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::backward::o"), Kokkos::WithoutInitializing), p.B,
                           p.T, p.H, p.DV);
@@ -30,6 +39,7 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const I
   fw.h = h;
   ForwardConfig cfg;
   cfg.snapshots = SnapshotMode::accumulation;
+  cfg.gate = views.gated() ? (views.g.extent(0) > 0 ? GateKind::per_token : GateKind::per_head) : GateKind::none;
   // Never split sequences (the tensor-core kernel would choose segments per call, summing the
   // state in another order): a window of the streamed backward then recomputes the whole case's
   // bits, as `run`'s windows do (pipeline/compute_stage.hpp).
@@ -41,7 +51,8 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const DeviceView4<const I
 template <class In, class Out, class Snap>
 BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                  const Tensor& d_o, const Tensor* dht, DType out_dtype) {
+                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after,
+                                  DType out_dtype) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType acc_dtype = accumulation_dtype(q.dtype);
   BackwardOutput out;
@@ -52,6 +63,29 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   views.v = upload4<In>("linattn::v", v);
   views.d_o = upload4<In>("linattn::do", d_o);
   if (dht) views.dht = upload4<Acc>("linattn::dht", converted(*dht, acc_dtype));
+  if (config.gate != GateKind::none) {
+    const std::vector<double> g = gate->to_double();
+    Kokkos::View<Acc*, Kokkos::LayoutRight, Kokkos::HostSpace> host("linattn::g_host", g.size());
+    for (std::size_t i = 0; i < g.size(); ++i) host(i) = static_cast<Acc>(g[i]);
+    if (config.gate == GateKind::per_head) {
+      DeviceView1<Acc> g1("linattn::g_gamma", p.H);
+      Kokkos::deep_copy(g1, host);
+      views.g_gamma = g1;
+    } else {
+      DeviceView3<Acc> g3(Kokkos::view_alloc(std::string("linattn::g"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
+      Kokkos::deep_copy(g3, Kokkos::View<Acc***, Kokkos::LayoutRight, Kokkos::HostSpace>(host.data(), p.B, p.T, p.H));
+      views.g = g3;
+    }
+    views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
+    if (dg_after) {
+      const Tensor after = converted(*dg_after, acc_dtype);
+      DeviceView2<Acc> a(Kokkos::view_alloc(std::string("linattn::dg_after"), Kokkos::WithoutInitializing),
+                         after.shape[0], p.H);
+      Kokkos::deep_copy(a, Kokkos::View<const Acc**, Kokkos::LayoutRight, Kokkos::HostSpace>(
+                               reinterpret_cast<const Acc*>(after.bytes.data()), after.shape[0], p.H));
+      views.dg_after = a;
+    }
+  }
   const std::int64_t N = p.num_sequences();
   views.dq = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dq"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
   views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
@@ -65,13 +99,14 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
     Kokkos::deep_copy(views.dk, quiet_nan<Out>());
     Kokkos::deep_copy(views.dv, quiet_nan<Out>());
     Kokkos::deep_copy(views.dh0, quiet_nan<Acc>());
+    if (views.dg.extent(0) > 0) Kokkos::deep_copy(views.dg, quiet_nan<Acc>());
   }
   Kokkos::fence();
   out.upload_seconds = timer.seconds();
 
   timer.reset();
   if constexpr (std::is_same<Snap, Acc>::value) {
-    if (config.recompute_h) views.h = recompute_snapshots<In, Acc>(p, views.q, views.k, views.v, initial);
+    if (config.recompute_h) views.h = recompute_snapshots<In, Acc>(p, views, initial);
   }
   run_backward_path<decltype(views), Acc>(p, views, make_sequence_map(p), path, config.team_size);
   Kokkos::fence();
@@ -86,6 +121,11 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   download(out.dk, views.dk);
   download(out.dv, views.dv);
   download(out.dh0, views.dh0);
+  if (views.dg.extent(0) > 0) {
+    out.dg = Tensor(acc_dtype, {p.B, p.T, p.H});
+    download(out.dg, views.dg);
+    if (config.gate == GateKind::per_head) out.dg_gamma = sum_per_head(p, out.dg, acc_dtype);
+  }
   out.download_seconds = timer.seconds();
   return out;
 }
@@ -93,19 +133,20 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
 template <class In, class Out>
 BackwardOutput with_snapshot_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                  const Tensor& d_o, const Tensor* dht) {
+                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = c.output_fp32 ? DType::f32 : q.dtype;
-  if (!c.recompute_h && h->dtype == DType::bf16) return run_backward_typed<In, Out, bf16_t>(p, c, path, q, k, v, h, s0, d_o, dht, od);
-  return run_backward_typed<In, Out, Acc>(p, c, path, q, k, v, h, s0, d_o, dht, od);
+  if (!c.recompute_h && h->dtype == DType::bf16)
+    return run_backward_typed<In, Out, bf16_t>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after, od);
+  return run_backward_typed<In, Out, Acc>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after, od);
 }
 
 template <class In>
 BackwardOutput with_output_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                 const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                const Tensor& d_o, const Tensor* dht) {
-  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, path, q, k, v, h, s0, d_o, dht);
-  return with_snapshot_type<In, In>(p, c, path, q, k, v, h, s0, d_o, dht);
+                                const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after);
+  return with_snapshot_type<In, In>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after);
 }
 
 }  // namespace
@@ -116,6 +157,7 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
   f.requested = config.gemm;
   f.output_fp32 = config.output_fp32;
   f.known_case = p != nullptr;
+  f.gated = config.gate != GateKind::none;
   if (p) {
     f.input = input;
     f.chunk = p->chunk;
@@ -127,7 +169,7 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
-                            const Tensor* dht) {
+                            const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
   validate(p);
   const PathChoice choice = choose_backward_path_here(config, &p, q.dtype);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
@@ -146,13 +188,29 @@ BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, cons
       throw std::invalid_argument(std::string("h must be bf16 or ") + dtype_name(accumulation_dtype(q.dtype)) + ", not " +
                                   dtype_name(h->dtype));
   }
+  if (config.gate == GateKind::none) {
+    if (gate) throw std::invalid_argument("a gate tensor was given, but the configuration has no gate");
+  } else {
+    const char* name = gate_dataset_name(config.gate);
+    if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
+    require_shape(*gate, gate_shape(p, config.gate), name);
+    const std::int64_t bad = first_bad_log_decay(gate->to_double());
+    if (bad >= 0)
+      throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(bad) +
+                                  ": log-decays must be finite and <= 0");
+  }
+  if (dg_after) {
+    if (config.gate == GateKind::none) throw std::invalid_argument("dg_after is for gated backwards");
+    if (dg_after->shape.size() != 2 || dg_after->shape[1] != p.H || dg_after->shape[0] > p.num_sequences())
+      throw std::invalid_argument("dg_after must be [rows <= N, H], not " + shape_string(dg_after->shape));
+  }
   const GemmPath path = choice.path;
   BackwardOutput out;
   switch (q.dtype) {
-    case DType::f16: out = with_output_type<fp16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::bf16: out = with_output_type<bf16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::f32: out = with_output_type<float>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
-    case DType::f64: out = with_output_type<double>(p, config, path, q, k, v, h, initial_state, d_o, dht); break;
+    case DType::f16: out = with_output_type<fp16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
+    case DType::bf16: out = with_output_type<bf16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
+    case DType::f32: out = with_output_type<float>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
+    case DType::f64: out = with_output_type<double>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
   }
   out.gemm = choice.path;
   return out;

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "kernels/path_choice.hpp"
@@ -17,11 +18,14 @@ struct BackwardConfig {
   bool recompute_h = false;             // recompute the snapshots (fp32) instead of reading them
   int team_size = 0;                    // 0: Kokkos::AUTO
   bool poison_outputs = false;          // NaN-fill the device outputs first, so that an unwritten element shows
+  GateKind gate = GateKind::none;       // levels 2 and 3: run_backward then takes the forward's log-decays
 };
 
 struct BackwardOutput {
   Tensor dq, dk, dv;  // [B, T, H, DK|DV] in the input type (or fp32)
   Tensor dh0;         // [N, H, DK, DV] in the accumulation type
+  Tensor dg;          // gated: [B, T, H], dL/dg_t in the accumulation type; empty for level 1
+  Tensor dg_gamma;    // per-head gate: [H], the sum of dg over each head's tokens (in fp64, then rounded)
   double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
   GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
 };
@@ -37,9 +41,14 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 // snapshots [B or 1, NT or chunks, H, DK, DV] (bf16 or the accumulation type;
 // may be null with recompute_h, which reads initial_state instead: h[0] is the
 // initial state otherwise); d_o [B, T, H, DV] in the input type; dht
-// [N, H, DK, DV] or null (zero); initial_state [N, H, DK, DV] or null.
+// [N, H, DK, DV] or null (zero); initial_state [N, H, DK, DV] or null;
+// gate, with config.gate, the forward's g_gamma [H] or g [B, T, H] (any float
+// dtype, every value a finite log-decay <= 0), else null; dg_after, for a
+// window of a longer case, [rows, H] in the accumulation type: dg at the next
+// window's first token of the last `rows` sequences, which go on after it
+// (their dg sums start there; the others' from <S_T, dht>), else null.
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
-                            const Tensor* dht);
+                            const Tensor* dht, const Tensor* gate = nullptr, const Tensor* dg_after = nullptr);
 
 }  // namespace linattn

@@ -25,6 +25,8 @@ using Tile = Kokkos::View<T**, Kokkos::LayoutRight, ScratchSpace, Kokkos::Memory
 template <class T>
 using DeviceView1 = Kokkos::View<T*, Kokkos::LayoutRight, MemSpace>;
 template <class T>
+using DeviceView2 = Kokkos::View<T**, Kokkos::LayoutRight, MemSpace>;
+template <class T>
 using DeviceView3 = Kokkos::View<T***, Kokkos::LayoutRight, MemSpace>;
 template <class T>
 using DeviceView4 = Kokkos::View<T****, Kokkos::LayoutRight, MemSpace>;

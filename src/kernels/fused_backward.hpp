@@ -6,7 +6,14 @@
 //   dK_c = (scale tril(dO_c V_c^T))^T Q_c + V_c dS^T
 //   dV_c = (scale tril(Q_c K_c^T))^T dO_c + K_c dS
 //   dS  += scale Q_c^T dO_c          (after the chunk: dS is the gradient of the state after it)
-// dS starts from dht (or zero) and ends as dh0. dq and dk sum over all of DV,
+// dS starts from dht (or zero) and ends as dh0. With a decay gate (README.md,
+// "Gated levels"; chunk_gate.hpp's b_i, b_L of each chunk) the scores take
+// exp(b_i - b_j), dO h[c]^T's rows exp(b_i), the dS terms of dK and dV the
+// rows exp(b_L - b_j), and dS <- exp(b_L) dS + scale (exp(b_i) Q)^T dO; the
+// gate's gradient is the reverse sum within the sequence
+//   dg_t = sum_{s >= t} (q_s . dq_s - k_s . dk_s) + <S_T, dht>
+// (src/reference/gated.hpp), S_T the final state, from h[last] and the last
+// chunk. dq and dk sum over all of DV,
 // so a team holds every DV column (no DV blocks): the tiles live on scratch
 // level 1 when they outgrow level 0. Packed batches walk each sequence on its
 // own, like the forward (SequenceMap).
@@ -14,6 +21,7 @@
 
 #include "core/chunk_length.hpp"
 #include "core/problem.hpp"
+#include "kernels/chunk_gate.hpp"
 #include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
 #include "kernels/sequence_map.hpp"
@@ -32,6 +40,16 @@ struct BackwardViews {
   DeviceView4<const Acc> dht;           // [N, H, DK, DV] or empty (zero)
   DeviceView4<Out> dq, dk, dv;          // [B, T, H, DK|DV]
   DeviceView4<Acc> dh0;                 // [N, H, DK, DV]
+  // Levels 2 and 3: the forward's log-decays (one of the two, or neither) and dg [B, T, H] out.
+  DeviceView3<const Acc> g;             // [B, T, H] or empty
+  DeviceView1<const Acc> g_gamma;       // [H] or empty
+  DeviceView3<Acc> dg;                  // [B, T, H]: dL/dg_t (per head: summed by the caller); empty ungated
+  // A window of a longer case (pipeline/streamed_backward.hpp): the last
+  // dg_after.extent(0) sequences go on after the window, and their dg sums
+  // start from dg_after [rows, H] (dg at the next window's first token)
+  // instead of <S_T, dht>.
+  DeviceView2<const Acc> dg_after;
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
 };
 
 template <class Views, class Acc>
@@ -42,7 +60,7 @@ struct FusedBackward : KernelShape {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p) {
+  static std::size_t scratch_bytes(const Problem& p, bool gated) {
     return tile_bytes<Acc>({{p.chunk, p.DK},  // Q
                             {p.chunk, p.DK},  // K
                             {p.chunk, p.DV},  // V
@@ -52,7 +70,9 @@ struct FusedBackward : KernelShape {
                             {p.DK, p.DV},     // h[c]
                             {p.chunk, p.DK},  // dQ
                             {p.chunk, p.DK},  // dK
-                            {p.chunk, p.DV}});  // dV
+                            {p.chunk, p.DV},  // dV
+                            {gated ? kDecayRows : 0, p.chunk},  // the chunk's decays
+                            {gated ? 1 : 0, p.chunk}});  // q . dq - k . dk per token
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -62,6 +82,9 @@ struct FusedBackward : KernelShape {
     auto tile = [&](int rows, int cols) { return Tile<Acc>(m.team_scratch(level), rows, cols); };
     const Tile<Acc> Q = tile(C, DK), K = tile(C, DK), V = tile(C, DV), dO = tile(C, DV), A = tile(C, C);
     const Tile<Acc> dS = tile(DK, DV), Hc = tile(DK, DV), dQ = tile(C, DK), dK = tile(C, DK), dV = tile(C, DV);
+    const bool gated = views.gated();
+    const Tile<Acc> decays = gated ? tile(kDecayRows, C) : Tile<Acc>(), r = gated ? tile(1, C) : Tile<Acc>();
+    Acc dg_carry = Acc(0);  // sum over the later chunks of q . dq - k . dk, plus <S_T, dht>
 
     load_state(m, dS, views.dht, n, h, 0);
     m.team_barrier();
@@ -72,25 +95,102 @@ struct FusedBackward : KernelShape {
       load_token_tile(m, V, views.v, b, t0, L, h, 0, DV);
       load_token_tile(m, dO, views.d_o, b, t0, L, h, 0, DV);
       load_snapshot(m, Hc, views.h, seq.h_b, seq.h_c0 + c, h, 0);  // h[c]: the state before chunk c
+      const ChunkDecay<Acc> d = chunk_decay(m, decays, views, b, t0, L, h);
       m.team_barrier();
+      if (gated && c == seq.num_chunks - 1) {
+        const int after = static_cast<int>(views.dg_after.extent(0)), first_after = m.league_size() / H - after;
+        if (n >= first_after) dg_carry = views.dg_after(n - first_after, h);
+        else if (views.dht.extent(0) > 0) dg_carry = final_state_dot(m, d, K, V, Hc, dS, L);
+      }
       team_gemm<NoTrans, Trans>(m, gemm, scale, dO, V, Acc(0), A, Triangle::lower_c);  // A = scale dO V^T, lower part
-      mask_upper_triangle(m, A);
+      if (d.on) decay_scores(m, d, A);  // the causal mask with exp(b_i - b_j) (team_gemm ends with a barrier)
+      else mask_upper_triangle(m, A);
       team_gemm<NoTrans, Trans>(m, gemm, scale, dO, Hc, Acc(0), dQ);                  // dQ = scale dO h[c]^T
       m.team_barrier();
+      if (d.on) {
+        decay_output_rows(m, d, dQ);  // dQ_i *= exp(b_i)
+        m.team_barrier();
+      }
       team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), A, K, Acc(1), dQ, Triangle::lower_a);  // dQ += tril(A) K
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), A, Q, Acc(0), dK);                    // dK = tril(A)^T Q
+      if (d.on) {
+        decay_key_rows(m, d, V);  // V_j *= exp(b_L - b_j): V is not read again in this chunk
+        m.team_barrier();
+      }
       team_gemm<NoTrans, Trans>(m, gemm, Acc(1), V, dS, Acc(1), dK);                   // dK += V dS^T
       team_gemm<NoTrans, Trans>(m, gemm, scale, Q, K, Acc(0), A, Triangle::lower_c);   // A = scale Q K^T, lower part
-      mask_upper_triangle(m, A);
+      if (d.on) {
+        decay_scores(m, d, A);
+        token_gate_terms(m, Q, dQ, K, dK, L, r);  // r_i = q_i . dq_i - k_i . dk_i, from the unscaled Q and K
+      } else {
+        mask_upper_triangle(m, A);
+      }
       m.team_barrier();
       team_gemm<Trans, NoTrans>(m, gemm, Acc(1), A, dO, Acc(0), dV);                   // dV = tril(A)^T dO
+      if (d.on) {
+        decay_key_rows(m, d, K);  // K_j *= exp(b_L - b_j) for dV's dS term
+        decay_output_rows(m, d, Q);  // Q_i *= exp(b_i) for dS's update
+        m.team_barrier();
+      }
       team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), K, dS, Acc(1), dV);                 // dV += K dS
       store_token_tile(m, views.dq, dQ, b, t0, L, h, 0, DK);
       store_token_tile(m, views.dk, dK, b, t0, L, h, 0, DK);
       store_token_tile(m, views.dv, dV, b, t0, L, h, 0, DV);
-      team_gemm<Trans, NoTrans>(m, gemm, scale, Q, dO, Acc(1), dS);                    // dS += scale Q^T dO, after the chunk
+      if (d.on) dg_carry = store_gate_gradient(m, r, dg_carry, b, t0, L, h);
+      // dS = exp(b_L) dS + scale Q^T dO, after the chunk (level 1: exp(b_L) = 1)
+      team_gemm<Trans, NoTrans>(m, gemm, scale, Q, dO, d.on ? d.b(1, L - 1) : Acc(1), dS);
     }
     store_state(m, views.dh0, dS, n, h, 0);
+  }
+
+ private:
+  // <S_T, dht> with S_T = exp(b_L) h[last] + sum_j exp(b_L - b_j) k_j v_j^T of
+  // the last chunk, before any tile of it is changed (dS holds dht).
+  KOKKOS_INLINE_FUNCTION Acc final_state_dot(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
+                                             const Tile<Acc>& V, const Tile<Acc>& Hc, const Tile<Acc>& dS,
+                                             int L) const {
+    const Acc last = d.b(1, L - 1);  // exp(b_L)
+    Acc sum = Acc(0);
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(m, DK * DV),
+        [&](const int e, Acc& acc) {
+          const int i = e / DV, j = e % DV;
+          Acc s = last * Hc(i, j);
+          for (int t = 0; t < L; ++t) s += d.b(2, t) * K(t, i) * V(t, j);
+          acc += s * dS(i, j);
+        },
+        sum);
+    return sum;
+  }
+
+  // r(0, t) = q_t . dq_t - k_t . dk_t for the chunk's tokens.
+  KOKKOS_INLINE_FUNCTION void token_gate_terms(const Member& m, const Tile<Acc>& Q, const Tile<Acc>& dQ,
+                                               const Tile<Acc>& K, const Tile<Acc>& dK, int L,
+                                               const Tile<Acc>& r) const {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, L), [&](const int t) {
+      Acc s = Acc(0);
+      for (int i = 0; i < DK; ++i) s += Q(t, i) * dQ(t, i) - K(t, i) * dK(t, i);
+      r(0, t) = s;
+    });
+  }
+
+  // dg of the chunk's tokens: carry + the suffix sums of r within the chunk
+  // (one thread: C additions, in a fixed order); returns the new carry.
+  KOKKOS_INLINE_FUNCTION Acc store_gate_gradient(const Member& m, const Tile<Acc>& r, Acc carry, int b, int t0, int L,
+                                                 int h) const {
+    Acc out = carry;
+    Kokkos::single(
+        Kokkos::PerTeam(m),
+        [&](Acc& next) {
+          Acc s = carry;
+          for (int t = L - 1; t >= 0; --t) {
+            s += r(0, t);
+            views.dg(b, t0 + t, h) = s;
+          }
+          next = s;
+        },
+        out);
+    return out;
   }
 };
 
@@ -98,7 +198,7 @@ template <class Views, class Acc>
 void run_fused_backward(const Problem& p, const Views& views, const SequenceMap& seqs, int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::fused_backward");
   using Kernel = FusedBackward<Views, Acc>;
-  const std::size_t bytes = Kernel::scratch_bytes(p);
+  const std::size_t bytes = Kernel::scratch_bytes(p, views.gated());
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   if (level == 1 && bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1)))
     throw std::invalid_argument("backward: the tiles of DK " + std::to_string(p.DK) + ", DV " + std::to_string(p.DV) +

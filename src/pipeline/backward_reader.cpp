@@ -18,6 +18,8 @@ BackwardReader::BackwardReader(const BackwardSources& s, const Problem& whole)
     initial_dtype_ = hdf5::dataset_info(in, s.input_file, path).dtype;
     initial_ = hdf5::open_dataset(in, s.input_file, path);
   }
+  if (s.gate != GateKind::none)
+    gate_ = hdf5::open_dataset(in, s.input_file, dataset_path(s.input_group, gate_dataset_name(s.gate)));
   grad_ = hdf5::open_read_only(s.grad_file);
   do_ = hdf5::open_dataset(grad_.get(), s.grad_file, dataset_path(s.grad_group, "do"));
   if (s.has_dht) dht_ = hdf5::open_dataset(grad_.get(), s.grad_file, dataset_path(s.grad_group, "dht"));
@@ -49,6 +51,20 @@ BackwardReader::Tokens BackwardReader::tokens(const Window& w, bool with_do) con
   if (with_do)
     t.d_o = block(do_, src_.grad_file, dataset_path(src_.grad_group, "do"), src_.input, start, v, true, window);
   return t;
+}
+
+Tensor BackwardReader::gate(const Window& w) const {
+  if (src_.gate == GateKind::none) return Tensor();
+  const std::string path = dataset_path(src_.input_group, gate_dataset_name(src_.gate));
+  const bool per_token = src_.gate == GateKind::per_token;
+  const std::vector<std::int64_t> start = per_token ? std::vector<std::int64_t>{0, w.t0, 0} : std::vector<std::int64_t>{0};
+  const std::vector<std::int64_t> count =
+      per_token ? std::vector<std::int64_t>{p_.B, w.tokens(), p_.H} : std::vector<std::int64_t>{p_.H};
+  Tensor g = hdf5::read_block_tensor(gate_.get(), src_.accumulation, start, count, src_.input_file, path);
+  const std::string window =
+      !per_token || (w.t0 == 0 && w.t1 == p_.T) ? "" : "in tokens [" + std::to_string(w.t0) + ", " + std::to_string(w.t1) + ")";
+  check_log_decays(g.bytes.data(), g.dtype, g.shape, start, src_.input_file, path, window);
+  return g;
 }
 
 Tensor BackwardReader::h(const Window& w) const {

@@ -8,6 +8,7 @@
 // allowed.
 #pragma once
 
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
 #include "io/hdf5_handles.hpp"
@@ -26,6 +27,7 @@ struct BackwardSources {
   bool read_h = true;
   DType input = DType::f32, accumulation = DType::f32;
   bool allow_nonfinite = false;
+  GateKind gate = GateKind::none;  // the input case's g or g_gamma (beside q, k, v)
 };
 
 class BackwardReader {
@@ -42,6 +44,10 @@ class BackwardReader {
   // type; zeros when the file has none.
   Tensor initial_rows(std::int64_t n0, std::int64_t count) const;
   Tensor dht_rows(std::int64_t n0, std::int64_t count) const;
+  // The gate of the window: g [rows, t1 - t0, H], or all of g_gamma [H], in
+  // the accumulation type, checked as log-decays (finite, <= 0) whatever
+  // allow_nonfinite says; empty without a gate.
+  Tensor gate(const Window& w) const;
   bool has_initial_state() const { return src_.has_initial_state; }
   bool has_dht() const { return src_.has_dht; }
 
@@ -55,7 +61,7 @@ class BackwardReader {
   BackwardSources src_;
   Problem p_;  // the whole case's shapes (its cu_seqlens are not needed here)
   hdf5::File input_, grad_, forward_;
-  hdf5::Dataset q_, k_, v_, initial_, do_, dht_, h_;
+  hdf5::Dataset q_, k_, v_, initial_, do_, dht_, h_, gate_;
   DType initial_dtype_ = DType::f32, h_dtype_ = DType::f32;
 };
 

@@ -66,6 +66,17 @@ Tensor final_gradients(const Window& w, const Edges& e, const Tensor& carried, c
   return g;
 }
 
+// dg at the window's first token of its first `rows` rows, [rows, H]: a plain
+// window's every batch row, a packed one's first sequence (its row's first token).
+Tensor first_token_dg(const Tensor& dg, std::int64_t rows) {
+  const std::int64_t T = dg.shape[1], H = dg.shape[2];
+  Tensor first(dg.dtype, {rows, H});
+  const std::size_t row = static_cast<std::size_t>(H) * dtype_size(dg.dtype);
+  for (std::int64_t b = 0; b < rows; ++b)
+    std::memcpy(first.bytes.data() + b * row, dg.bytes.data() + static_cast<std::size_t>(b * T) * row, row);
+  return first;
+}
+
 }  // namespace
 
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
@@ -91,7 +102,10 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
         const Problem wp = window_problem(whole, w);
         const Tensor s0 = start_states(w, e, carry, in, has_initial);
         const BackwardReader::Tokens t = in.tokens(w, false);
-        const ForwardOutput f = run_forward(wp, forward, t.q, t.k, t.v, s0.empty() ? nullptr : &s0);
+        const Tensor g = in.gate(w);
+        forward.gate = config.gate;
+        const ForwardOutput f =
+            run_forward(wp, forward, t.q, t.k, t.v, s0.empty() ? nullptr : &s0, nullptr, g.empty() ? nullptr : &g);
         r.upload_seconds += f.upload_seconds;
         r.kernel_seconds += f.kernel_seconds;
         r.download_seconds += f.download_seconds;
@@ -103,8 +117,12 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     }
   }
 
-  // The backward, from the last window to the first, carrying dS.
-  Tensor dS;
+  // The backward, from the last window to the first, carrying dS (and, gated,
+  // dg at the first token of the rows that continue into the window before:
+  // their dg sums go on from there, so the windows give the whole case's dg).
+  Tensor dS, dg_after;
+  std::vector<double> dg_gamma(static_cast<std::size_t>(whole.H), 0.0);  // g_gamma: dg summed over every token
+  DType accumulation = DType::f32;
   for (std::size_t i = windows.size(); i-- > 0;) {
     const Window& w = windows[i];
     const Edges e = edges(whole, w);
@@ -113,8 +131,10 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     const Tensor h = config.recompute_h ? Tensor() : in.h(w);
     const Tensor s0 = config.recompute_h ? start_states(w, e, starts[i], in, has_initial) : Tensor();
     const Tensor dht = final_gradients(w, e, dS, in, has_dht);
-    const BackwardOutput b = run_backward(wp, config, t.q, t.k, t.v, config.recompute_h ? nullptr : &h,
-                                          s0.empty() ? nullptr : &s0, t.d_o, dht.empty() ? nullptr : &dht);
+    const Tensor g = in.gate(w);
+    const BackwardOutput b =
+        run_backward(wp, config, t.q, t.k, t.v, config.recompute_h ? nullptr : &h, s0.empty() ? nullptr : &s0, t.d_o,
+                     dht.empty() ? nullptr : &dht, g.empty() ? nullptr : &g, dg_after.empty() ? nullptr : &dg_after);
     r.upload_seconds += b.upload_seconds;
     r.kernel_seconds += b.kernel_seconds;
     r.download_seconds += b.download_seconds;
@@ -125,8 +145,17 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     if (e.in_rows < e.sequences)
       out.write_dh0(w.seq_begin + e.in_rows, row_slice(b.dh0, e.in_rows, e.sequences - e.in_rows));
     dS = e.in_rows > 0 ? row_slice(b.dh0, 0, e.in_rows) : Tensor();
+    if (config.gate == GateKind::per_token) out.write_dg(w.t0, b.dg);
+    accumulation = b.dh0.dtype;
+    if (config.gate == GateKind::per_head) {
+      const std::vector<double> d = b.dg.to_double();
+      for (std::size_t i = 0; i < d.size(); ++i) dg_gamma[i % dg_gamma.size()] += d[i];
+    }
+    dg_after = config.gate != GateKind::none && e.in_rows > 0 ? first_token_dg(b.dg, e.in_rows) : Tensor();
     window_done(w, true);
   }
+  if (config.gate == GateKind::per_head)
+    out.write_dg_gamma(Tensor::from_double(accumulation, {whole.H}, dg_gamma));
   return r;
 }
 

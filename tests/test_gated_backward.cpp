@@ -1,0 +1,198 @@
+// The gated backward (levels 2 and 3) on the TeamPolicy kernel
+// (kernels/fused_backward.hpp): kokkoskernels (and hosttile on host backends),
+// fp64, fp32, bf16 and fp16, RetNet's per-head gammas and per-token decays
+// strong, weak and moderate, plain and packed batches (lengths 1, 63, 64, 65,
+// 300), initial states, dht, snapshots in the accumulation type, in bf16 or
+// recomputed, DK != DV, chunks 16 and 64, outputs poisoned first: dq, dk, dv,
+// dh0 and the gate's gradient (dg per token, dg_gamma per head) against the
+// fp64 chunked reference (reference/gated.hpp, itself checked against central
+// differences). A gate of zeros gives level 1's bits; the tensor-core
+// backward refuses a gate; bad gates are refused.
+#include "core/accuracy_levels.hpp"
+#include "core/error_metrics.hpp"
+#include "core/random_tensor.hpp"
+#include "gate_cases.hpp"
+#include "kernels/backward.hpp"
+#include "kernels/execution.hpp"
+#include "kernels/forward.hpp"
+#include "reference/gated.hpp"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace linattn {
+namespace {
+
+Problem problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV, std::int64_t C) {
+  Problem p;
+  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = C; p.scale = 0.3;
+  return p;
+}
+
+Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t H, std::int64_t DK, std::int64_t DV,
+               std::int64_t C) {
+  Problem p = problem(1, 0, H, DK, DV, C);
+  p.cu_seqlens = {0};
+  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
+  p.T = p.cu_seqlens.back();
+  return p;
+}
+
+std::vector<GemmPath> paths() {
+  std::vector<GemmPath> v = {GemmPath::kokkos_kernels};
+  if (host_execution) v.push_back(GemmPath::host_tile);
+  return v;
+}
+
+struct Case {
+  ProblemInputs in;
+  Tensor d_o, dht, gate;
+  ForwardOutput fw;
+};
+
+// Inputs, the gate in fp32 (as files hold it), and the gated forward's snapshots.
+Case make_case(const Problem& p, const testing::GateCase& g, DType dtype, SnapshotMode snaps, std::uint64_t seed) {
+  Case c;
+  c.in = random_inputs(p, dtype, seed, true);
+  c.d_o = random_tensor(dtype, p.v_shape(), derive_seed(seed, 7));
+  c.dht = random_tensor(accumulation_dtype(dtype), p.state_shape(), derive_seed(seed, 8));
+  c.gate = Tensor::from_double(DType::f32, gate_shape(p, g.kind), g.values);
+  ForwardConfig fc;
+  fc.snapshots = snaps;
+  fc.gate = g.kind;
+  c.fw = run_forward(p, fc, c.in.q, c.in.k, c.in.v, &c.in.initial_state, nullptr, &c.gate);
+  return c;
+}
+
+// dg is a sum over the rest of the sequence: fp32 accumulation to 1e-4 (the
+// issue's bound), plus one bf16 rounding of the state when dq reads bf16 snapshots.
+double dg_level(DType dtype, bool bf16_h) {
+  return (dtype == DType::f64 ? 1e-11 : 1e-4) + (bf16_h ? unit_roundoff(DType::bf16) : 0.0);
+}
+
+void expect_gated_backward_matches(const Problem& p, const testing::GateCase& g, DType dtype, GemmPath path,
+                                   SnapshotMode snaps, bool recompute, bool with_state, bool with_dht,
+                                   std::uint64_t seed) {
+  const Case c = make_case(p, g, dtype, snaps, seed);
+  BackwardConfig bc;
+  bc.gemm = path;
+  bc.recompute_h = recompute;
+  bc.poison_outputs = true;
+  bc.gate = g.kind;
+  const BackwardOutput out = run_backward(p, bc, c.in.q, c.in.k, c.in.v, recompute ? nullptr : &c.fw.h,
+                                          with_state ? &c.in.initial_state : nullptr, c.d_o,
+                                          with_dht ? &c.dht : nullptr, &c.gate);
+  const std::vector<double> q = c.in.q.to_double(), k = c.in.k.to_double(), v = c.in.v.to_double(),
+                            s0 = c.in.initial_state.to_double(), go = c.d_o.to_double(), gh = c.dht.to_double();
+  const reference::Gate gate = g.kind == GateKind::per_head ? reference::Gate::per_head(c.gate.to_double())
+                                                            : reference::Gate::per_token(c.gate.to_double());
+  const reference::GatedGradients ref = reference::gated_backward(
+      p, {q, k, v, with_state ? &s0 : nullptr}, gate, {go, with_dht ? &gh : nullptr});
+  SCOPED_TRACE(g.name + " " + dtype_name(dtype) + " " + gemm_path_name(out.gemm) + " T=" + std::to_string(p.T) +
+               " C=" + std::to_string(p.chunk) + " N=" + std::to_string(p.num_sequences()) +
+               (with_state ? " s0" : "") + (with_dht ? " dht" : "") +
+               (recompute ? " recomputed h" : snaps == SnapshotMode::bf16 ? " bf16 h" : " acc h"));
+  EXPECT_EQ(out.gemm, path);
+  const bool bf16_h = !recompute && snaps == SnapshotMode::bf16;
+  const DType stored = out.dq.dtype;
+  EXPECT_LE(relative_l2(out.dq.to_double(), ref.dq), output_level(dtype, stored, bf16_h)) << "dq";
+  EXPECT_LE(relative_l2(out.dk.to_double(), ref.dk), stored_level(dtype, stored)) << "dk";
+  EXPECT_LE(relative_l2(out.dv.to_double(), ref.dv), stored_level(dtype, stored)) << "dv";
+  EXPECT_LE(relative_l2(out.dh0.to_double(), ref.dh0), stored_level(dtype, out.dh0.dtype)) << "dh0";
+  ASSERT_EQ(out.dg.shape, (std::vector<std::int64_t>{p.B, p.T, p.H}));
+  EXPECT_LE(relative_l2(out.dg.to_double(), ref.dg), dg_level(dtype, bf16_h)) << "dg";
+  if (g.kind == GateKind::per_head) {
+    ASSERT_EQ(out.dg_gamma.shape, (std::vector<std::int64_t>{p.H}));
+    EXPECT_LE(relative_l2(out.dg_gamma.to_double(), ref.dg_gamma), dg_level(dtype, bf16_h)) << "dg_gamma";
+  } else {
+    EXPECT_TRUE(out.dg_gamma.empty());
+  }
+}
+
+TEST(GatedBackward, EveryPathTypeAndGateMatchesReference) {
+  const Problem problems[] = {problem(2, 150, 2, 16, 24, 64), packed({1, 63, 64, 65, 300}, 2, 8, 12, 64),
+                              problem(1, 70, 3, 12, 8, 16)};
+  std::uint64_t seed = 28000;
+  for (const Problem& p : problems)
+    for (const testing::GateCase& g : testing::gate_cases(p, seed))
+      for (GemmPath path : paths())
+        for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16}) {
+          ++seed;
+          expect_gated_backward_matches(p, g, dtype, path, SnapshotMode::accumulation, false, true, true, seed);
+          expect_gated_backward_matches(p, g, dtype, path, SnapshotMode::accumulation, false, false, false, seed);
+        }
+}
+
+TEST(GatedBackward, SnapshotsReadAsBf16OrRecomputed) {
+  const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 32);
+  std::uint64_t seed = 28500;
+  for (const testing::GateCase& g : testing::gate_cases(p, seed)) {
+    expect_gated_backward_matches(p, g, DType::bf16, GemmPath::kokkos_kernels, SnapshotMode::bf16, false, true, true, ++seed);
+    expect_gated_backward_matches(p, g, DType::f32, GemmPath::kokkos_kernels, SnapshotMode::none, true, true, true, ++seed);
+  }
+}
+
+// log-decays of zero multiply by exp(0) = 1 exactly: level 1's bits.
+TEST(GatedBackward, ZeroGateGivesLevelOneBits) {
+  const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 64);
+  for (GateKind kind : {GateKind::per_head, GateKind::per_token})
+    for (GemmPath path : paths()) {
+      SCOPED_TRACE(std::string(gate_dataset_name(kind)) + " " + gemm_path_name(path));
+      testing::GateCase zero{"zero", kind, std::vector<double>(static_cast<std::size_t>(kind == GateKind::per_head ? p.H : p.T * p.H), 0.0)};
+      const Case c = make_case(p, zero, DType::f32, SnapshotMode::accumulation, 28700);
+      BackwardConfig level1;
+      level1.gemm = path;
+      BackwardConfig gated = level1;
+      gated.gate = kind;
+      const BackwardOutput a = run_backward(p, level1, c.in.q, c.in.k, c.in.v, &c.fw.h, &c.in.initial_state, c.d_o, &c.dht);
+      const BackwardOutput b =
+          run_backward(p, gated, c.in.q, c.in.k, c.in.v, &c.fw.h, &c.in.initial_state, c.d_o, &c.dht, &c.gate);
+      for (const auto& [name, x, y] : {std::tuple<const char*, const Tensor*, const Tensor*>{"dq", &a.dq, &b.dq},
+                                       {"dk", &a.dk, &b.dk}, {"dv", &a.dv, &b.dv}, {"dh0", &a.dh0, &b.dh0}})
+        EXPECT_TRUE(x->bytes == y->bytes) << name;
+    }
+}
+
+// The decay matters: the level-1 backward of the gated forward's inputs is far from the gated reference.
+TEST(GatedBackward, IgnoringTheGateIsCaught) {
+  const Problem p = problem(1, 200, 2, 16, 16, 64);
+  const testing::GateCase g = testing::gate_cases(p, 28800)[3];
+  const Case c = make_case(p, g, DType::f64, SnapshotMode::accumulation, 28801);
+  const BackwardOutput level1 = run_backward(p, BackwardConfig{}, c.in.q, c.in.k, c.in.v, &c.fw.h, nullptr, c.d_o, &c.dht);
+  const std::vector<double> q = c.in.q.to_double(), k = c.in.k.to_double(), v = c.in.v.to_double(),
+                            go = c.d_o.to_double(), gh = c.dht.to_double();
+  const reference::GatedGradients ref =
+      reference::gated_backward(p, {q, k, v, nullptr}, reference::Gate::per_token(c.gate.to_double()), {go, &gh});
+  EXPECT_GT(relative_l2(level1.dk.to_double(), ref.dk), 0.1);
+  EXPECT_TRUE(level1.dg.empty());
+}
+
+TEST(GatedBackward, TensorCoresAndBadGatesAreRefused) {
+  const Problem p = problem(1, 64, 2, 64, 64, 64);
+  const testing::GateCase g = testing::gate_cases(p, 28900)[1];
+  const Case c = make_case(p, g, DType::bf16, SnapshotMode::bf16, 28901);
+  auto message = [&](BackwardConfig bc, const Tensor* gate) {
+    try {
+      run_backward(p, bc, c.in.q, c.in.k, c.in.v, &c.fw.h, nullptr, c.d_o, nullptr, gate);
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  BackwardConfig bc;
+  bc.gate = GateKind::per_token;
+  bc.gemm = GemmPath::tensor_core;
+  EXPECT_NE(message(bc, &c.gate).find("--gemm tensorcore is not available"), std::string::npos);
+  bc.gemm = GemmPath::automatic;
+  EXPECT_NE(message(bc, nullptr).find("the gate 'g' is missing"), std::string::npos);
+  const Tensor positive = Tensor::from_double(DType::f32, {1, 64, 2}, std::vector<double>(128, 0.25));
+  EXPECT_NE(message(bc, &positive).find("finite and <= 0"), std::string::npos);
+  const Tensor wrong = Tensor::from_double(DType::f32, {1, 64, 3}, std::vector<double>(192, -0.25));
+  EXPECT_FALSE(message(bc, &wrong).empty());
+  EXPECT_NE(message(BackwardConfig{}, &c.gate).find("the configuration has no gate"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace linattn
