@@ -53,7 +53,8 @@ struct Case {
 };
 
 // Inputs, the gate in fp32 (as files hold it), and the gated forward's snapshots.
-Case make_case(const Problem& p, const testing::GateCase& g, DType dtype, SnapshotMode snaps, std::uint64_t seed) {
+Case make_case(const Problem& p, const testing::GateCase& g, DType dtype, SnapshotMode snaps, std::uint64_t seed,
+               bool with_state = true) {
   Case c;
   c.in = random_inputs(p, dtype, seed, true);
   c.d_o = random_tensor(dtype, p.v_shape(), derive_seed(seed, 7));
@@ -62,20 +63,16 @@ Case make_case(const Problem& p, const testing::GateCase& g, DType dtype, Snapsh
   ForwardConfig fc;
   fc.snapshots = snaps;
   fc.gate = g.kind;
-  c.fw = run_forward(p, fc, c.in.q, c.in.k, c.in.v, &c.in.initial_state, nullptr, &c.gate);
+  c.fw = run_forward(p, fc, c.in.q, c.in.k, c.in.v, with_state ? &c.in.initial_state : nullptr, nullptr, &c.gate);
   return c;
 }
 
-// dg is a sum over the rest of the sequence: fp32 accumulation to 1e-4 (the
-// issue's bound), plus one bf16 rounding of the state when dq reads bf16 snapshots.
-double dg_level(DType dtype, bool bf16_h) {
-  return (dtype == DType::f64 ? 1e-11 : 1e-4) + (bf16_h ? unit_roundoff(DType::bf16) : 0.0);
-}
+double dg_level(DType dtype, bool bf16_h) { return gate_gradient_level(dtype, bf16_h); }
 
 void expect_gated_backward_matches(const Problem& p, const testing::GateCase& g, DType dtype, GemmPath path,
                                    SnapshotMode snaps, bool recompute, bool with_state, bool with_dht,
                                    std::uint64_t seed) {
-  const Case c = make_case(p, g, dtype, snaps, seed);
+  const Case c = make_case(p, g, dtype, snaps, seed, with_state);
   BackwardConfig bc;
   bc.gemm = path;
   bc.recompute_h = recompute;

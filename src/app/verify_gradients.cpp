@@ -106,9 +106,7 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
                           scientific(levels[i], 2), below ? "ok" : "ABOVE LEVEL"});
   }
   if (in.gate != GateKind::none) {
-    // dg sums over the rest of each sequence: fp32 accumulation to 1e-4 (fp64: 1e-11), plus the
-    // bf16 rounding of the snapshots dq reads (tests/test_gated_backward.cpp, dg_level).
-    const double level = (dtype == DType::f64 ? 1e-11 : 1e-4) + (bf16_snapshots ? unit_roundoff(DType::bf16) : 0.0);
+    const double level = gate_gradient_level(dtype, bf16_snapshots);
     const char* name = in.gate == GateKind::per_head ? "dg_gamma" : "dg";
     const double error = relative_l2(dg_out.to_double(), in.gate == GateKind::per_head ? ref.dg_gamma : ref.dg);
     const bool below = error <= level;
