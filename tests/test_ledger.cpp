@@ -111,5 +111,23 @@ TEST(Ledger, PackedSequencesCountPerSequence) {
   EXPECT_EQ(b.initial_state, b.final_state);
 }
 
+// The gate's extra work, written out for the packed problem above: 493 tokens
+// of 2 heads, 10 chunks of each head.
+TEST(Ledger, GateCountsItsElementwiseWork) {
+  Problem p;
+  p.B = 1; p.T = 493; p.H = 2; p.DK = 16; p.DV = 8; p.chunk = 64;
+  p.cu_seqlens = {0, 1, 64, 128, 193, 493};
+  const GateCounts none = count_gate(p, GateKind::none);
+  EXPECT_EQ(none.multiplies + none.exponentials + none.additions + none.bytes, 0.0);
+  const GateCounts g = count_gate(p, GateKind::per_token);
+  EXPECT_EQ(g.multiplies, 493.0 * 2 * (64 + 8 + 16) + 10.0 * 2 * 16 * 8);
+  EXPECT_EQ(g.exponentials, 493.0 * 2 * 66);
+  EXPECT_EQ(g.additions, 493.0 * 2);
+  EXPECT_EQ(g.bytes, 493.0 * 2 * 4);
+  const GateCounts gamma = count_gate(p, GateKind::per_head);
+  EXPECT_EQ(gamma.multiplies, g.multiplies);  // the same work; only the gate's bytes differ
+  EXPECT_EQ(gamma.bytes, 2.0 * 4);
+}
+
 }  // namespace
 }  // namespace linattn

@@ -170,6 +170,7 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
   }
   r.problem = c.p;
   r.dtype = c.dtype;
+  r.gate = c.in.gate;
   check_forward_matches(r.forward, fw, c.input_file, c.p);
   const DType acc = accumulation_dtype(c.dtype);
   if (!recompute && fw.h_dtype != DType::bf16 && fw.h_dtype != acc)
@@ -312,6 +313,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
 std::string progress_line(std::size_t index, std::size_t total, const BackwardCaseResult& r) {
   return case_counter(index, total) + " " + printable(r.forward) + "  " + shape_summary(*r.problem) + " " +
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
+         (r.gate == GateKind::none ? "" : std::string(" gate ") + gate_dataset_name(r.gate)) +
          "  backward/" + r.gemm + "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
          fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
          " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)" +

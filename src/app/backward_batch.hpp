@@ -37,6 +37,7 @@ struct BackwardCaseResult {
   std::string error;  // one line when !ok
   std::optional<Problem> problem;
   DType dtype = DType::f32;
+  GateKind gate = GateKind::none;  // the input case's decay gate
   std::string gemm;  // the path that ran
   double kernel_seconds = 0, wall_seconds = 0;
   std::int64_t windows = 0;       // 1: the whole case in one run_backward call

@@ -13,6 +13,7 @@ Command add_ledger_command(CLI::App& parent) {
   struct Options {
     std::int64_t dk = 64, dv = 64, chunk = 64, batch = 1, heads = 1;
     std::vector<std::int64_t> seq = {512, 2048, 8192, 16384, 65536};
+    std::string gate;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -30,6 +31,9 @@ Command add_ledger_command(CLI::App& parent) {
       ->delimiter(',')
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--gate", o->gate,
+                  "Also count a decay gate's extra work (README.md, \"Gated levels\"): g (per token) or gamma (per head)")
+      ->check(CLI::IsMember({"g", "gamma"}));
 
   return {cmd, [o] {
             // The columns of the specification's cost table, in its order, then the recompute form's whole forward.
@@ -38,6 +42,11 @@ Command add_ledger_command(CLI::App& parent) {
                              "recompute forward GFLOP"},
                             std::vector<bool>(11, true),
                             {}};
+            const GateKind gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
+            if (gate != GateKind::none) {
+              for (const char* column : {"gate Mmul", "gate Mexp", "gate/ideal", "gate MB"}) table.header.push_back(column);
+              table.right_aligned.resize(table.header.size(), true);
+            }
             const DType f32 = DType::f32;
             for (std::int64_t n : o->seq) {
               Problem p;
@@ -51,6 +60,13 @@ Command add_ledger_command(CLI::App& parent) {
                                     fixed(f.state_recompute / f.causal_flash_attention, 3),
                                     fixed(f.ideal / f.causal_flash_attention, 3), fixed(f.state_sequential / 1e9, 3),
                                     fixed(b.total() / 1e6, 3), fixed(variant_flops(p, Variant::recompute) / 1e9, 3)});
+              if (gate != GateKind::none) {
+                const GateCounts g = count_gate(p, gate);
+                table.rows.back().insert(table.rows.back().end(),
+                                         {fixed(g.multiplies / 1e6, 3), fixed(g.exponentials / 1e6, 3),
+                                          fixed((g.multiplies + g.exponentials + g.additions) / f.ideal, 4),
+                                          fixed(g.bytes / 1e6, 3)});
+              }
             }
             std::cout << "B=" << o->batch << " H=" << o->heads << " DK=" << o->dk << " DV=" << o->dv
                       << " C=" << o->chunk << "\n"
@@ -66,7 +82,14 @@ Command add_ledger_command(CLI::App& parent) {
                          "  recompute forward  the recompute variant's whole forward: recompute state + the output terms;\n"
                          "                     compare it with ideal forward (recompute state alone can be smaller when\n"
                          "                     NC is small: it leaves the output terms out)\n"
-                         "  min MB             q, k, v read once (bf16) and o (bf16), h (fp32), final_state written once\n";
+                         "  min MB             q, k, v read once (bf16) and o (bf16), h (fp32), final_state written once\n"
+                      << (gate == GateKind::none
+                              ? ""
+                              : "  gate Mmul, Mexp    the gate's elementwise work beside the ideal forward: per token the\n"
+                                "                     score row's C decays, the output and key rows (DV + DK), per chunk the\n"
+                                "                     state (DK DV) in multiplies; C + 2 exponentials per token\n"
+                                "  gate/ideal         (multiplies + exponentials + the cumulative sum's additions) / ideal\n"
+                                "  gate MB            the gate read once in fp32 (g: B T H values; gamma: H)\n");
             return 0;
           }};
 }

@@ -33,6 +33,21 @@ double variant_flops(const Problem& p, Variant v) {
   return f.ideal;
 }
 
+GateCounts count_gate(const Problem& p, GateKind kind) {
+  GateCounts g;
+  if (kind == GateKind::none) return g;
+  const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);
+  const double C = static_cast<double>(p.chunk), DK = static_cast<double>(p.DK), DV = static_cast<double>(p.DV);
+  double chunks = 0;  // every (sequence, chunk), times the heads
+  for (std::int64_t n = 0; n < p.num_sequences(); ++n) chunks += static_cast<double>(p.sequence_chunks(n));
+  chunks *= static_cast<double>(p.H);
+  g.multiplies = bth * (C + DV + DK) + chunks * DK * DV;
+  g.exponentials = bth * (C + 2.0);
+  g.additions = bth;
+  g.bytes = 4.0 * (kind == GateKind::per_token ? bth : static_cast<double>(p.H));
+  return g;
+}
+
 double backward_flops(const Problem& p, bool recompute_h) {
   const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);
   const double C = static_cast<double>(p.chunk), DK = static_cast<double>(p.DK), DV = static_cast<double>(p.DV);

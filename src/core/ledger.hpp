@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/dtype.hpp"
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/variant.hpp"
 
@@ -39,6 +40,18 @@ double variant_flops(const Problem& p, Variant v);
 // its product with K and Q, Q K^T and its product with dO (2 T C (3 DK + 2 DV));
 // recompute_h adds the forward's state pass (2 T DK DV).
 double backward_flops(const Problem& p, bool recompute_h);
+
+// The decay gate's extra work in the chunked forward (levels 2 and 3, README.md
+// "Gated levels"), beside the ideal forward's FLOPs: per token and head its
+// score row's C decays (full C x C tiles, as intra counts), its output row
+// (DV) and key row (DK) scaled, and per chunk the state (DK DV): multiplies;
+// C + 2 exponentials per token (its score row's exp(b_i - b_j), exp(b_i) and
+// exp(b_L - b_i)) and the cumulative sum (one addition); the gate read once in
+// fp32: g [B, T, H] or g_gamma [H]. Zero for GateKind::none.
+struct GateCounts {
+  double multiplies = 0, exponentials = 0, additions = 0, bytes = 0;
+};
+GateCounts count_gate(const Problem& p, GateKind kind);
 
 struct ByteCounts {
   double q = 0, k = 0, v = 0, initial_state = 0;  // read once
