@@ -15,6 +15,12 @@ chunk_linear_attn's backward runs: it recomputes h, then dh, dq/dk and dv) besid
 the relative L2 of dq, dk and dv of the (0, 0) row against fp64 for both. The floor reads q, k, v,
 do and h and writes dq, dk, dv and dh0 once.
 
+With --gate g|gamma the forward rows are gated (README.md, "Gated levels"): fla's chunk_simple_gla
+forward on the same kind of gate (g: its chunk_local_cumsum of g, then chunk_fwd_h + chunk_fwd_o
+with it; gamma: chunk_fwd_h + chunk_fwd_o with g_gamma), g uniform in [-1, 0) for both (gamma:
+RetNet's log(1 - 2^(-5-h)) for both), beside `linattn bench --gate`; the second fla column is then
+chunk_simple_gla itself, and o's reference the gated fp64 form.
+
 With --seqlens N the rows are packed batches (shape 1,T,H,D; B = 1): the T tokens cut at
 N - 1 uniform random points (seeded), the same cuts for both (linattn gets them as
 --seqlens L1,L2,...), fla with cu_seqlens. With --normalize both normalize o (fla's
@@ -38,10 +44,11 @@ import tempfile
 SHAPES = ["8,4096,16,128", "8,16384,16,128", "1,32768,32,128", "8,16384,16,64", "32,2048,16,128"]
 
 
-def fp64_reference_o(q, k, v, scale, cuts=None, normalize=False):
+def fp64_reference_o(q, k, v, scale, cuts=None, normalize=False, g0=None):
     """o for the (b=0, h=0) slice by the parallel form in fp64: ((Q K^T) .* M) V, with M
     causal within each sequence of the slice (cuts: its sequence starts), and with
-    normalize divided by scale q_t . cumsum(k)_t + 1e-10."""
+    normalize divided by scale q_t . cumsum(k)_t + 1e-10. g0: the slice's log-decays [T]
+    (gated: M_ij = exp(B_i - B_j), B the cumulative sum of g0 within the sequence)."""
     import torch
     q0, k0, v0 = (x[0, :, 0].double() for x in (q, k, v))
     T = q0.shape[0]
@@ -50,6 +57,9 @@ def fp64_reference_o(q, k, v, scale, cuts=None, normalize=False):
     for a_, b_ in zip(starts[:-1], starts[1:]):
         qs, ks, vs = q0[a_:b_], k0[a_:b_], v0[a_:b_]
         a = torch.tril(qs @ ks.T) * scale
+        if g0 is not None:
+            cum = torch.cumsum(g0[a_:b_].double(), 0)
+            a = a * torch.tril(torch.exp(cum[:, None] - cum[None, :]))
         o[a_:b_] = a @ vs
         if normalize:
             o[a_:b_] /= (scale * (qs * torch.cumsum(ks, 0)).sum(-1, keepdim=True) + 1e-10)
@@ -70,12 +80,16 @@ def rel_l2(x, ref):
     return (torch.linalg.norm(x - ref) / torch.linalg.norm(ref)).item()
 
 
-def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
+def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False, gate=None):
+    import math
     import torch
     import triton
     from fla.ops.common.chunk_h import chunk_fwd_h
     from fla.ops.common.chunk_o import chunk_fwd_o
     from fla.ops.linear_attn import chunk_linear_attn
+    from fla.ops.simple_gla.chunk import chunk_simple_gla
+    from fla.ops.utils import chunk_local_cumsum
+    from fla.ops.utils.constant import RCP_LN2
 
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(1234)
@@ -86,12 +100,23 @@ def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
     v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype)
     scale = 1.0
     cu_seqlens = None if cu is None else torch.tensor(cu, dtype=torch.long, device="cuda")
+    g = g_gamma = None
+    if gate == "g":
+        g = -torch.rand(B, T, H, device="cuda", generator=gen, dtype=torch.float32)
+    elif gate == "gamma":
+        g_gamma = torch.tensor([math.log1p(-2.0 ** (-5 - h)) for h in range(H)], device="cuda", dtype=torch.float32)
 
     def h_then_o():
-        h, ht = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64, cu_seqlens=cu_seqlens)
-        return chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64, cu_seqlens=cu_seqlens), h, ht
+        # fla's chunk_simple_gla forward, step by step: g's chunk-local cumulative sum in log2 units, then h and o.
+        gc = chunk_local_cumsum(g, chunk_size=64, scale=RCP_LN2, cu_seqlens=cu_seqlens) if g is not None else None
+        gg = g_gamma * RCP_LN2 if g_gamma is not None else None
+        h, ht = chunk_fwd_h(k, v, g=gc, g_gamma=gg, output_final_state=True, chunk_size=64, cu_seqlens=cu_seqlens)
+        return chunk_fwd_o(q, k, v, h, g=gc, g_gamma=gg, scale=scale, chunk_size=64, cu_seqlens=cu_seqlens), h, ht
 
     def linear_attn():
+        if gate:
+            return chunk_simple_gla(q, k, v, g=g, g_gamma=g_gamma, scale=scale, output_final_state=True,
+                                    cu_seqlens=cu_seqlens)
         return chunk_linear_attn(q, k, v, scale=scale, output_final_state=True, normalize=normalize,
                                  cu_seqlens=cu_seqlens)
 
@@ -99,9 +124,14 @@ def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False):
     o2, _ = linear_attn()
     torch.cuda.synchronize()
     tokens = min(T, slice_tokens)
-    ref = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu)
+    g0 = None
+    if g is not None:
+        g0 = g[0, :tokens, 0]
+    elif g_gamma is not None:
+        g0 = g_gamma[0].expand(tokens)
+    ref = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu, g0=g0)
     err = rel_l2(o[0, :tokens, 0], ref)
-    ref2 = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu, normalize) if normalize else ref
+    ref2 = fp64_reference_o(q[:, :tokens], k[:, :tokens], v[:, :tokens], scale, cu, normalize) if normalize and not gate else ref
     err2 = rel_l2(o2[0, :tokens, 0], ref2)
     ms = triton.testing.do_bench(h_then_o, warmup=25, rep=reps_ms, return_mode="median")
     ms2 = triton.testing.do_bench(linear_attn, warmup=25, rep=reps_ms, return_mode="median")
@@ -196,6 +226,7 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="seed of the cut points")
     ap.add_argument("--normalize", action="store_true", help="normalized rows (fla: chunk_linear_attn(normalize=True))")
     ap.add_argument("--backward", action="store_true", help="the backward (fla: chunk_simple_gla_bwd with no gate)")
+    ap.add_argument("--gate", choices=["g", "gamma"], help="gated forward rows (fla: chunk_simple_gla's forward)")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))
@@ -215,7 +246,7 @@ def main():
             if shape[0] != 1:
                 sys.exit("--seqlens packs sequences into one row: B must be 1")
             cu = random_cuts(shape[1], args.seqlens, args.seed)
-        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu, args.normalize)
+        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu, args.normalize, args.gate)
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
@@ -226,6 +257,8 @@ def main():
             cmd += ["--seqlens", ",".join(str(b - a) for a, b in zip(cu[:-1], cu[1:]))]
         if args.normalize:
             cmd += ["--normalize"]
+        if args.gate:
+            cmd += ["--gate", args.gate]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         with open(out) as f:
@@ -236,7 +269,8 @@ def main():
 
     print()
     mode = (f"packed ({args.seqlens} sequences, uniform random cuts, seed {args.seed}); " if args.seqlens else "") + \
-        ("normalized (fla time: chunk_linear_attn(normalize=True)); " if args.normalize else "")
+        ("normalized (fla time: chunk_linear_attn(normalize=True)); " if args.normalize else "") + \
+        (f"gated by {args.gate} (fla: chunk_simple_gla's forward; second column chunk_simple_gla); " if args.gate else "")
     print(f"{mode}inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
           f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
@@ -265,7 +299,7 @@ def main():
         print(" | ".join(cells))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"dtype": args.dtype, "seqlens": args.seqlens, "seed": args.seed, "normalize": args.normalize, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            json.dump({"dtype": args.dtype, "gate": args.gate, "seqlens": args.seqlens, "seed": args.seed, "normalize": args.normalize, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
                        "cuda": torch.version.cuda, "rows": rows}, fh, indent=2)
 
 
