@@ -14,6 +14,23 @@
 
 namespace linattn::testing {
 
+// The problems the gated tests run (scale 0.3, chunk C); packed: B = 1, the
+// sequences of `lengths` along T.
+inline Problem problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV, std::int64_t C) {
+  Problem p;
+  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = C; p.scale = 0.3;
+  return p;
+}
+
+inline Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t H, std::int64_t DK, std::int64_t DV,
+                      std::int64_t C) {
+  Problem p = problem(1, 0, H, DK, DV, C);
+  p.cu_seqlens = {0};
+  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
+  p.T = p.cu_seqlens.back();
+  return p;
+}
+
 // Uniform in [lo, hi), redrawn when exactly zero (a zero would hide a term).
 inline std::vector<double> uniform_values(std::size_t n, double lo, double hi, std::uint64_t seed) {
   std::mt19937_64 rng(seed);

@@ -26,20 +26,8 @@
 namespace linattn {
 namespace {
 
-Problem problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK, std::int64_t DV, std::int64_t C) {
-  Problem p;
-  p.B = B; p.T = T; p.H = H; p.DK = DK; p.DV = DV; p.chunk = C; p.scale = 0.3;
-  return p;
-}
-
-Problem packed(const std::vector<std::int64_t>& lengths, std::int64_t H, std::int64_t DK, std::int64_t DV,
-               std::int64_t C) {
-  Problem p = problem(1, 0, H, DK, DV, C);
-  p.cu_seqlens = {0};
-  for (std::int64_t n : lengths) p.cu_seqlens.push_back(p.cu_seqlens.back() + n);
-  p.T = p.cu_seqlens.back();
-  return p;
-}
+using testing::packed;
+using testing::problem;
 
 using TestGate = testing::GateCase;
 using testing::gate_cases;

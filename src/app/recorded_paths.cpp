@@ -70,4 +70,12 @@ void refuse_output_as_input(const std::string& output, const std::string& file, 
     throw FileError(output, what + " " + file + " is this output file itself, not the file it was made from");
 }
 
+void check_recorded_gate(const std::string& output, const std::string& recorded_gate, const std::string& input,
+                         const std::string& group, GateKind input_gate) {
+  if (recorded_gate == gate_dataset_name(input_gate)) return;
+  throw FileError(input, std::string("case '") + (group.empty() ? "/" : group) + "' holds gate '" +
+                             gate_dataset_name(input_gate) + "', but " + output + " was made with gate '" +
+                             recorded_gate + "' (wrong --input, or the input changed?)");
+}
+
 }  // namespace linattn

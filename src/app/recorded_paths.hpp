@@ -6,6 +6,8 @@
 // input moved together), then the absolute one.
 #pragma once
 
+#include "core/gate.hpp"
+
 #include <string>
 
 namespace linattn {
@@ -28,5 +30,10 @@ std::string resolve_recorded_path(const std::string& output, const RecordedPath&
 // FileError when `file` (a path given on the command line, such as verify's
 // --input) is the output itself.
 void refuse_output_as_input(const std::string& output, const std::string& file, const std::string& what);
+
+// verify's check that the input case (input:group) holds the gate `output`
+// recorded (its attribute gate): FileError naming both otherwise.
+void check_recorded_gate(const std::string& output, const std::string& recorded_gate, const std::string& input,
+                         const std::string& group, GateKind input_gate);
 
 }  // namespace linattn

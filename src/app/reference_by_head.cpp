@@ -122,10 +122,7 @@ reference::GatedGradients backward_reference_by_head(const Problem& p, const ref
     piece.scatter_state(part.dh0, d.dh0);
     done(piece.tokens(), piece.elements() + piece.length() * DV);  // and do
   });
-  if (gate.kind == GateKind::per_head) {
-    d.dg_gamma.assign(static_cast<std::size_t>(p.H), 0.0);
-    for (std::size_t i = 0; i < d.dg.size(); ++i) d.dg_gamma[i % static_cast<std::size_t>(p.H)] += d.dg[i];
-  }
+  if (gate.kind == GateKind::per_head) reference::sum_dg_per_head(p, d);
   return d;
 }
 

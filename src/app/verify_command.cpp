@@ -82,10 +82,7 @@ Command add_verify_command(CLI::App& parent) {
               throw FileError(input, dataset_path(group, "q"),
                               std::string("dtype ") + dtype_name(in.q.dtype) + ", but " + o->output + " was made from " +
                                   rec.input_dtype + " inputs (wrong --input?)");
-            if (rec.gate != gate_dataset_name(in.gate))
-              throw FileError(input, std::string("case '") + (group.empty() ? "/" : group) + "' holds gate '" +
-                                         gate_dataset_name(in.gate) + "', but " + o->output +
-                                  " was made with gate '" + rec.gate + "' (wrong --input, or the input changed?)");
+            check_recorded_gate(o->output, rec.gate, input, group, in.gate);
             const bool has_s0 = !in.initial_state.empty(), has_z0 = rec.normalize && !in.initial_z.empty();
             const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
                                                   has_s0 ? &in.initial_state.shape : nullptr, in.cu_seqlens);

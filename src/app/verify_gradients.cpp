@@ -34,10 +34,7 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   const std::string group = rec.input_group == "/" ? "" : rec.input_group;
   // The reference runs on the values as stored, whatever they are.
   const CaseData in = read_case(input, group, ReadOptions{true});
-  if (rec.gate != gate_dataset_name(in.gate))
-    throw FileError(input, std::string("case '") + (group.empty() ? "/" : group) + "' holds gate '" +
-                               gate_dataset_name(in.gate) + "', but " + path + " was made with gate '" + rec.gate +
-                               "' (wrong --input, or the input changed?)");
+  check_recorded_gate(path, rec.gate, input, group, in.gate);
   const Tensor& dg_out = in.gate == GateKind::per_head ? gd.dg_gamma : gd.dg;
   const std::vector<std::int64_t> dg_shape =
       in.gate == GateKind::per_head ? std::vector<std::int64_t>{in.q.shape[2]}

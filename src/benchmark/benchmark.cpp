@@ -188,20 +188,14 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   reference::Gate slice_gate;
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
   if (bc.gate != GateKind::none) {
-    const std::vector<double> g = bc.gate == GateKind::per_head
-                                      ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H)).to_double()
-                                      : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0).to_double();
-    Kokkos::View<Acc*, Kokkos::LayoutRight, Kokkos::HostSpace> host("linattn::bench::g_host", g.size());
-    for (std::size_t i = 0; i < g.size(); ++i) host(i) = static_cast<Acc>(g[i]);
+    const Tensor gate = bc.gate == GateKind::per_head
+                            ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H))
+                            : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0);
+    upload_gate<Acc>(views, bc.gate, gate, accumulation_dtype(bc.dtype));
+    const std::vector<double> g = gate.to_double();
     if (bc.gate == GateKind::per_head) {
-      DeviceView1<Acc> g1("linattn::bench::g_gamma", p.H);
-      Kokkos::deep_copy(g1, host);
-      views.g_gamma = g1;
       slice_gate = reference::Gate::per_head({g[0]});
     } else {
-      DeviceView3<Acc> g3(Kokkos::view_alloc(std::string("linattn::bench::g"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
-      Kokkos::deep_copy(g3, Kokkos::View<Acc***, Kokkos::LayoutRight, Kokkos::HostSpace>(host.data(), p.B, p.T, p.H));
-      views.g = g3;
       std::vector<double> gs(static_cast<std::size_t>(tokens));
       for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * p.H)];  // b = 0, h = 0
       slice_gate = reference::Gate::per_token(std::move(gs));

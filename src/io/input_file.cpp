@@ -78,6 +78,18 @@ double element_as_double(const unsigned char* p, DType dtype) {
   return one.get(0);
 }
 
+// The index of element `flat` of a row-major block of `shape`, in the
+// dataset's coordinates (`origin` added: a window's place in it).
+std::vector<std::int64_t> dataset_index(std::int64_t flat, const std::vector<std::int64_t>& shape,
+                                        const std::vector<std::int64_t>& origin) {
+  std::vector<std::int64_t> idx(shape.size());
+  for (std::size_t a = shape.size(); a-- > 0;) {
+    idx[a] = flat % shape[a] + (a < origin.size() ? origin[a] : 0);
+    flat /= shape[a];
+  }
+  return idx;
+}
+
 // Sizes checked before anything is allocated from them: the element count and
 // the bytes in checked 64-bit arithmetic, the limits the kernels index with,
 // and the bytes a contiguous dataset stores against what its shape needs.
@@ -248,16 +260,11 @@ void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>
     x = element_as_double(static_cast<const unsigned char*>(data) + first * size, dtype);
     if (!std::isfinite(x)) break;
   }
-  std::vector<std::int64_t> idx(shape.size());
-  std::int64_t flat = first;
-  for (std::size_t a = shape.size(); a-- > 0;) {
-    idx[a] = flat % shape[a] + (a < origin.size() ? origin[a] : 0);
-    flat /= shape[a];
-  }
   throw FileError(file, path,
                   std::to_string(count) + " non-finite element" + (count > 1 ? "s" : "") +
                       (window.empty() ? "" : " " + window) + ", the first " +
-                      (std::isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf") + " at " + shape_string(idx) +
+                      (std::isnan(x) ? "NaN" : x > 0 ? "+Inf" : "-Inf") + " at " +
+                      shape_string(dataset_index(first, shape, origin)) +
                       " (--allow-nonfinite accepts them)");
 }
 
@@ -267,30 +274,18 @@ void check_log_decays(const void* data, DType dtype, const std::vector<std::int6
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
   const std::size_t size = dtype_size(dtype);
-  std::int64_t bad = 0, first = -1;
-  double x = 0;
-  for (std::int64_t i = 0; i < n; ++i) {
-    const double e = dtype == DType::f32 ? static_cast<const float*>(data)[i]
-                     : dtype == DType::f64 ? static_cast<const double*>(data)[i]
-                                           : element_as_double(static_cast<const unsigned char*>(data) + i * size, dtype);
-    if (e <= 0.0 && std::isfinite(e)) continue;
-    if (bad++ == 0) {
-      first = i;
-      x = e;
-    }
-  }
-  if (bad == 0) return;
-  std::vector<std::int64_t> idx(shape.size());
-  std::int64_t flat = first;
-  for (std::size_t a = shape.size(); a-- > 0;) {
-    idx[a] = flat % shape[a] + (a < origin.size() ? origin[a] : 0);
-    flat /= shape[a];
-  }
+  std::vector<double> g(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) g[i] = element_as_double(static_cast<const unsigned char*>(data) + i * size, dtype);
+  const std::int64_t first = first_bad_log_decay(g);  // the one rule (core/gate.hpp)
+  if (first < 0) return;
+  const std::int64_t bad = std::count_if(g.begin(), g.end(), [](double e) { return !(e <= 0.0) || !std::isfinite(e); });
+  const double x = g[static_cast<std::size_t>(first)];
   throw FileError(file, path,
                   std::to_string(bad) + " element" + (bad > 1 ? "s are not log-decays" : " is not a log-decay") +
                       " (finite, <= 0)" + (window.empty() ? "" : " " + window) + ", the first " +
                       (std::isnan(x) ? std::string("NaN") : std::isinf(x) ? (x > 0 ? "+Inf" : "-Inf") : std::to_string(x)) +
-                      " at " + shape_string(idx) + " (a gate holds log(decay): logsigmoid of the gate logits)");
+                      " at " + shape_string(dataset_index(first, shape, origin)) +
+                      " (a gate holds log(decay): logsigmoid of the gate logits)");
 }
 
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options) {

@@ -64,18 +64,7 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   views.d_o = upload4<In>("linattn::do", d_o);
   if (dht) views.dht = upload4<Acc>("linattn::dht", converted(*dht, acc_dtype));
   if (config.gate != GateKind::none) {
-    const std::vector<double> g = gate->to_double();
-    Kokkos::View<Acc*, Kokkos::LayoutRight, Kokkos::HostSpace> host("linattn::g_host", g.size());
-    for (std::size_t i = 0; i < g.size(); ++i) host(i) = static_cast<Acc>(g[i]);
-    if (config.gate == GateKind::per_head) {
-      DeviceView1<Acc> g1("linattn::g_gamma", p.H);
-      Kokkos::deep_copy(g1, host);
-      views.g_gamma = g1;
-    } else {
-      DeviceView3<Acc> g3(Kokkos::view_alloc(std::string("linattn::g"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
-      Kokkos::deep_copy(g3, Kokkos::View<Acc***, Kokkos::LayoutRight, Kokkos::HostSpace>(host.data(), p.B, p.T, p.H));
-      views.g = g3;
-    }
+    upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
     views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
     if (dg_after) {
       const Tensor after = converted(*dg_after, acc_dtype);
@@ -188,17 +177,7 @@ BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, cons
       throw std::invalid_argument(std::string("h must be bf16 or ") + dtype_name(accumulation_dtype(q.dtype)) + ", not " +
                                   dtype_name(h->dtype));
   }
-  if (config.gate == GateKind::none) {
-    if (gate) throw std::invalid_argument("a gate tensor was given, but the configuration has no gate");
-  } else {
-    const char* name = gate_dataset_name(config.gate);
-    if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
-    require_shape(*gate, gate_shape(p, config.gate), name);
-    const std::int64_t bad = first_bad_log_decay(gate->to_double());
-    if (bad >= 0)
-      throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(bad) +
-                                  ": log-decays must be finite and <= 0");
-  }
+  check_gate(p, config.gate, gate);
   if (dg_after) {
     if (config.gate == GateKind::none) throw std::invalid_argument("dg_after is for gated backwards");
     if (dg_after->shape.size() != 2 || dg_after->shape[1] != p.H || dg_after->shape[0] > p.num_sequences())

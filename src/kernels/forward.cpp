@@ -78,14 +78,14 @@ void check_initial_rows(const Problem& p, const ForwardConfig& config, const Ten
   }
 }
 
-void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gate) {
-  if (config.gate == GateKind::none) {
+void check_gate(const Problem& p, GateKind kind, const Tensor* gate) {
+  if (kind == GateKind::none) {
     if (gate) throw std::invalid_argument("a gate tensor was given, but the configuration has no gate");
     return;
   }
-  const char* name = gate_dataset_name(config.gate);
+  const char* name = gate_dataset_name(kind);
   if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
-  require_shape(*gate, gate_shape(p, config.gate), name);
+  require_shape(*gate, gate_shape(p, kind), name);
   const std::vector<double> g = gate->to_double();
   const std::int64_t bad = first_bad_log_decay(g);
   if (bad >= 0)
@@ -104,7 +104,7 @@ ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const T
     throw std::invalid_argument(std::string("q, k and v must share one dtype, got ") + dtype_name(q.dtype) + ", " +
                                 dtype_name(k.dtype) + ", " + dtype_name(v.dtype));
   check_initial_rows(p, config, initial_state, initial_z);
-  check_gate(p, config, gate);
+  check_gate(p, config.gate, gate);
   const std::int64_t chunks = p.h_shape()[0] * p.total_chunks();
   if (p.H * chunks > std::numeric_limits<int>::max() / 2 || p.T > std::numeric_limits<int>::max() / 2)
     throw std::invalid_argument("problem too large for one launch (H * chunks exceeds the league size limit)");

@@ -65,10 +65,11 @@ void check_forward(const Problem& p, const ForwardConfig& config, DType input);
 void check_initial_rows(const Problem& p, const ForwardConfig& config, const Tensor* initial_state,
                         const Tensor* initial_z);
 
-// The gate's checks: present exactly when config.gate says so, of its
-// shape, every value finite and <= 0 (std::invalid_argument naming the first
-// offending index otherwise); a gate with normalize is refused.
-void check_gate(const Problem& p, const ForwardConfig& config, const Tensor* gate);
+// The gate's checks: present exactly when `kind` says so, of gate_shape(p,
+// kind), every value finite and <= 0 (std::invalid_argument naming the first
+// offending index otherwise). run_forward and run_backward both check with it
+// (a gate with normalize is check_forward's refusal).
+void check_gate(const Problem& p, GateKind kind, const Tensor* gate);
 
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.

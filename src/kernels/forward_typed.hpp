@@ -86,6 +86,14 @@ void download(Tensor& t, const DeviceView5<T>& d) {
   Kokkos::deep_copy(hv, d);
 }
 
+// A gate's log-decays (g [B, T, H] or g_gamma [H], any float dtype) into the
+// views' g or g_gamma, in the accumulation type: the forward's and backward's views alike.
+template <class Acc, class Views>
+void upload_gate(Views& views, GateKind kind, const Tensor& gate, DType acc_dtype) {
+  if (kind == GateKind::per_token) views.g = upload3<Acc>("linattn::g", converted(gate, acc_dtype));
+  if (kind == GateKind::per_head) views.g_gamma = upload1<Acc>("linattn::g_gamma", converted(gate, acc_dtype));
+}
+
 template <class In, class Out, class Snap>
 ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,
                                 const Tensor& v, const Tensor* initial_state, const Tensor* initial_z,
@@ -102,8 +110,7 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
   DeviceView3<Acc> z0, z_state;
   if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
-  if (gate && config.gate == GateKind::per_token) views.g = upload3<Acc>("linattn::g", converted(*gate, acc_dtype));
-  if (gate && config.gate == GateKind::per_head) views.g_gamma = upload1<Acc>("linattn::g_gamma", converted(*gate, acc_dtype));
+  if (gate) upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
   const auto N = p.num_sequences();
   DeviceView4<Out> o(Kokkos::view_alloc(std::string("linattn::o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
   DeviceView4<Acc> fs(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing), N, p.H,

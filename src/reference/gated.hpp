@@ -61,6 +61,9 @@ struct GatedGradients : Gradients {         // dq, dk, dv, dh0 as in backward.hp
   std::vector<double> dg_gamma;             // [H]: sum of dg over the head's tokens of all sequences
 };
 
+// d.dg_gamma[h] = the sum of d.dg over every token of head h (dg [B, T, H] or [1, T, H]).
+void sum_dg_per_head(const Problem& p, GatedGradients& d);
+
 // The backward by definition, token by token, with G_t = dL/dS_t:
 //   G_t = scale * q_t do_t^T + a_{t+1} G_{t+1}  (G_T's successor is dht, undecayed)
 //   dq_t = scale * S_t do_t,  dk_t = G_t v_t,  dv_t = G_t^T k_t,  dh0 = a_1 G_1,

@@ -18,13 +18,12 @@ Gate slice(const Gate& gate, std::int64_t t0, std::int64_t T, std::int64_t H) {
   return Gate::per_token(std::vector<double>(gate.log_decay.begin() + t0 * H, gate.log_decay.begin() + (t0 + T) * H));
 }
 
-// dg_gamma[h] = sum of dg over every token of head h (dg is [B, T, H] or [1, T, H]).
-void sum_per_head(const Problem& p, GatedGradients& d) {
+}  // namespace
+
+void sum_dg_per_head(const Problem& p, GatedGradients& d) {
   d.dg_gamma.assign(static_cast<std::size_t>(p.H), 0.0);
   for (std::size_t i = 0; i < d.dg.size(); ++i) d.dg_gamma[i % static_cast<std::size_t>(p.H)] += d.dg[i];
 }
-
-}  // namespace
 
 void check_gate(const Problem& p, const Gate& gate) {
   const std::int64_t expected = gate.kind == GateKind::none ? 0 : gate.kind == GateKind::per_head ? p.H : p.B * p.T * p.H;
@@ -86,7 +85,7 @@ GatedGradients gated_backward_per_sequence(const Problem& p, const Inputs& in, c
         std::copy(r.dg.begin(), r.dg.end(), d.dg.begin() + t0 * p.H);
         return r;
       });
-  sum_per_head(p, d);
+  sum_dg_per_head(p, d);
   return d;
 }
 
