@@ -35,6 +35,13 @@
 // products of split operands (mma_primitives.hpp, Elem<float>): every
 // operand, the state and the scores included, keeps fp32-class accuracy
 // without a hi/lo tile pair.
+// The gated levels 2 and 3 (args.g per token, args.g_gamma per head; the
+// factors of kernels/chunk_gate.hpp) run a gated instantiation of the same
+// kernel: each chunk's cumulative log-decays b sit in shared memory (GateRows),
+// and the inter-chunk rows of O decay by exp(b_i), the scores by exp(b_i - b_j)
+// (before their hi/lo split), the state by exp(b_L) (in fp32) and the keys of
+// the state update by exp(b_L - b_j) (in fp32, then split like the other fp32
+// operands: decay_key_tile, add_decayed_kv_step).
 #pragma once
 
 #include "kernels/cuda/device_memory.hpp"
@@ -248,6 +255,38 @@ struct GateRows {
   static constexpr int b = 0, decay = kChunk, to_end = 2 * kChunk, whole = 3 * kChunk;
   static constexpr int floats = 4 * kChunk;
 };
+
+// The gated state update's keys, scaled once per block when several groups
+// share the tiles (kShareA): row j of the chunk's K tile times w[j] =
+// exp(b_L - b_j) in fp32, fp32 tiles in place, 16-bit ones as hi (in place) +
+// lo (into lo_tile) so that the scaled keys keep fp32-class accuracy
+// (docs/NUMERICS.md, hi + lo splits). Once per block rather than once per
+// group in registers (add_decayed_kv_step), which spilled at block 128; thread
+// x takes columns 2(x % (DK/2)), + 1 of every (kThreads / (DK/2))-th row, one
+// row at a time (unrolled, this loop too made block 128 spill).
+template <class E, int DK, int kThreads>
+__device__ inline void decay_key_tile(E* kt, E* lo_tile, int stride, const float* w) {
+  constexpr int pairs = DK / 2, rows_per = kThreads / pairs;
+  static_assert(kThreads % pairs == 0 && kChunk % rows_per == 0, "whole rows per pass");
+  const int r0 = threadIdx.x / pairs, c = 2 * (threadIdx.x % pairs);
+  #pragma unroll 1
+  for (int r = r0; r < kChunk; r += rows_per) {
+    const int off = r * stride + c;
+    const float f = w[r];
+    if constexpr (kFp32Tiles<E>) {
+      float2* p = reinterpret_cast<float2*>(kt + off);
+      const float2 x = *p;
+      *p = make_float2(x.x * f, x.y * f);
+    } else {
+      std::uint32_t* p = reinterpret_cast<std::uint32_t*>(kt + off);
+      const float2 x = Elem<E>::unpack(*p);
+      std::uint32_t hi, lo;
+      Elem<E>::split(x.x * f, x.y * f, hi, lo);
+      *p = hi;
+      *reinterpret_cast<std::uint32_t*>(lo_tile + off) = lo;
+    }
+  }
+}
 
 template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize, bool Gated = false>
 struct Layout {
@@ -701,6 +740,11 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       }
       __syncthreads();
       if constexpr (kNormalize) advance_z(c);
+      if constexpr (kGated) {  // every warp is done with Q and K: the decayed keys into their tiles (hi: K, lo: Q)
+        decay_key_tile<E, DK, kThreads>(k_s + buf * L::qk_tile, q_s + buf * L::qk_tile, L::qk_stride,
+                                        gc + GateRows::to_end);
+        __syncthreads();
+      }
     }
     #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
@@ -784,10 +828,12 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           }
         }
       }
-      if constexpr (kGated)  // key j by exp(b_L - b_j)
+      if constexpr (kGated && !kShareA) {  // key j by exp(b_L - b_j), in registers
         add_decayed_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, gc + GateRows::to_end);
-      else
-        add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);
+      } else {
+        add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);  // gated: the decayed keys (16-bit: hi)
+        if constexpr (kGated && !kF32) add_kv_step(ds, qt, L::qk_stride, vf, kk, warp * kSRows, lane);  // ... + lo
+      }
     }
     // S += K^T V after the output: the right shift (gated: S = exp(b_L) S + the decayed K^T V)
     if constexpr (kGated) decay_add_tiles(s, gc[GateRows::whole], ds);
