@@ -306,8 +306,9 @@ TEST(PathChoice, PackedWithTensorCoreRuns) {
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
-// Gates (levels 2 and 3) run on the TeamPolicy kernels (kokkoskernels, hosttile) only, for now.
-TEST(PathChoice, GatesRunOnTeamPolicyKernelsOnly) {
+// Gates (levels 2 and 3) run on the TeamPolicy kernels (kokkoskernels,
+// hosttile) and on tensor cores over whole sequences; not yet on registers.
+TEST(PathChoice, GatesRunOnTeamPolicyAndTensorCoreKernels) {
   PathFacts f = on_host();
   f.gated = true;
   EXPECT_EQ(path_of(f), GemmPath::host_tile);
@@ -317,9 +318,19 @@ TEST(PathChoice, GatesRunOnTeamPolicyKernelsOnly) {
   EXPECT_TRUE(contains(refusal_of(f), "do not take a decay gate yet")) << refusal_of(f);
   PathFacts g = on_cuda();
   g.gated = true;
-  EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
+  EXPECT_EQ(path_of(g), GemmPath::tensor_core);
+  g.input = DType::f32;
+  EXPECT_EQ(path_of(g), GemmPath::tensor_core);
   g.requested = GemmPath::tensor_core;
-  EXPECT_TRUE(contains(refusal_of(g), "does not take a decay gate yet")) << refusal_of(g);
+  g.segments = 1;
+  EXPECT_EQ(path_of(g), GemmPath::tensor_core);
+  g.segments = 4;  // split sequences would need a gated segment-sum pass
+  EXPECT_TRUE(contains(refusal_of(g), "whole sequences only (segments 0 or 1, here 4)")) << refusal_of(g);
+  g.requested = GemmPath::automatic;
+  EXPECT_TRUE(contains(refusal_of(g), "whole sequences only")) << refusal_of(g);
+  g.segments = 0;
+  g.input = DType::f64;  // no tensor cores: the TeamPolicy kernel
+  EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
 }
 
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {

@@ -60,7 +60,7 @@ struct WgmmaLayout {
 };
 
 template <class E, int DK, int BV, int GW, class OutT, class SnapT>
-__global__ void __launch_bounds__(128 * (BV / GW)) fused_wgmma_kernel(FusedTensorCoreArgs args) {
+__global__ void __launch_bounds__(128 * (BV / GW)) fused_wgmma_kernel(FusedTensorCoreKernelArgs args) {
 #if defined(LINATTN_HAS_WGMMA)
   using L = WgmmaLayout<DK, BV, OutT>;
   constexpr int kGroups = BV / GW;

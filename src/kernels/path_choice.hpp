@@ -42,7 +42,8 @@ struct PathFacts {
   // 256-row DK tile then allows blocks of 64 columns (cuda/tile_rules.hpp).
   bool one_state_tile = true;
   // A decay gate (levels 2 and 3, core/gate.hpp): the TeamPolicy kernels'
-  // chunk steps take it; the register-blocked and tensor-core kernels do not yet.
+  // chunk steps take it, the tensor-core kernel on whole sequences (segments
+  // 0 or 1); the register-blocked kernels do not yet.
   bool gated = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types and this shape; otherwise its reason.

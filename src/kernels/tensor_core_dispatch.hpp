@@ -58,8 +58,9 @@ struct TensorCoreNormalize {
 };
 
 // Runs the fused variant on tensor cores (segments: 0 chooses), over plain or
-// packed batches; with `normalize`, o is divided in the same pass. Returns
-// what it used.
+// packed batches; with `normalize`, o is divided in the same pass; with a
+// gate in the views (g or g_gamma), the gated levels on whole sequences.
+// Returns what it used.
 template <class Views>
 TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments,
                                        const TensorCoreNormalize* normalize = nullptr) {
@@ -88,6 +89,10 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
       args.initial_z = normalize->initial_z;
       args.z_state = normalize->z_state;
     }
+    // The gate's log-decays in fp32, the accumulation type of every input the kernel takes.
+    static_assert(std::is_same<typename Views::acc_type, float>::value, "the tensor-core kernel accumulates in fp32");
+    if (views.g.extent(0) > 0) args.g = views.g.data();
+    if (views.g_gamma.extent(0) > 0) args.g_gamma = views.g_gamma.data();
     const cuda::FusedTensorCorePlan plan =
         cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, current_device_sms(),
                                              ExecSpace().cuda_stream(),

@@ -35,6 +35,13 @@
 // products of split operands (mma_primitives.hpp, Elem<float>): every
 // operand, the state and the scores included, keeps fp32-class accuracy
 // without a hi/lo tile pair.
+// The gated levels 2 and 3 (args.g per token, args.g_gamma per head; the
+// factors of kernels/chunk_gate.hpp) run a gated instantiation of the same
+// kernel: each chunk's cumulative log-decays b sit in shared memory (GateRows),
+// and the inter-chunk rows of O decay by exp(b_i), the scores by exp(b_i - b_j)
+// (before their hi/lo split), the state by exp(b_L) (in fp32) and the keys of
+// the state update by exp(b_L - b_j) (in fp32, then split like the other fp32
+// operands: decay_key_tile, add_decayed_kv_step).
 #pragma once
 
 #include "kernels/cuda/device_memory.hpp"
@@ -57,7 +64,13 @@
 
 namespace linattn::cuda {
 
-struct FusedTensorCoreArgs {
+// Everything but the gate: what the kernels take by value. NVPTX lowers a
+// by-value kernel parameter of up to 128 bytes (this one's size) by loading
+// its fields into registers up front, a larger one by loads from parameter
+// space where they are used: with the gate's two pointers inside it, every
+// level-1 kernel's PTX changed. The gated kernel takes them as a second
+// parameter (GatePointers), so level 1's kernels compile as before.
+struct FusedTensorCoreKernelArgs {
   const void* q;
   const void* k;
   const void* v;
@@ -85,6 +98,15 @@ struct FusedTensorCoreArgs {
   const float* seg_zsums;
 };
 
+struct FusedTensorCoreArgs : FusedTensorCoreKernelArgs {
+  // The gated levels (README.md, "Gated levels"; kernels/chunk_gate.hpp): fp32
+  // log-decays <= 0, either g per token [B, T, H] (packed: [1, T, H]) or
+  // g_gamma per head [H]; both null is level 1. The launcher refuses a gate
+  // with normalization or with split sequences (segments > 1).
+  const float* g = nullptr;
+  const float* g_gamma = nullptr;
+};
+
 namespace detail {
 
 // Where one block's work lies: its sequence's tokens, snapshots and state rows,
@@ -107,7 +129,7 @@ struct BlockWork {
 // values in registers they cost the plain kernel 1-4% at block 128 (128
 // registers; same-run A/B on the H200).
 template <bool kPacked>
-__device__ inline BlockWork block_work(const FusedTensorCoreArgs& a, int BV) {
+__device__ inline BlockWork block_work(const FusedTensorCoreKernelArgs& a, int BV) {
   BlockWork w;
   if constexpr (kPacked) {
     const int nbv = (a.DV + BV - 1) / BV, rest = blockIdx.x / nbv;
@@ -220,7 +242,53 @@ __device__ inline void store_z_pair(float* row, int d, int dk, float2 z) {
   if (d + 1 < dk) row[d + 1] = z.y;
 }
 
-template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize>
+// The gated kernel's second parameter (FusedTensorCoreKernelArgs says why it is not a field).
+struct GatePointers {
+  const float* g;        // [B, T, H] or null
+  const float* g_gamma;  // [H] or null
+};
+
+// The gated kernel's decay of a chunk in shared memory (GateRows floats per
+// buffer, two buffers: chunk c in c & 1), in log2 units for exp2f:
+// [0, 64) b_i log2(e), [64, 128) exp(b_i), [128, 192) exp(b_L - b_i), [192] exp(b_L).
+struct GateRows {
+  static constexpr int b = 0, decay = kChunk, to_end = 2 * kChunk, whole = 3 * kChunk;
+  static constexpr int floats = 4 * kChunk;
+};
+
+// The gated state update's keys, scaled once per block when several groups
+// share the tiles (kShareA): row j of the chunk's K tile times w[j] =
+// exp(b_L - b_j) in fp32, fp32 tiles in place, 16-bit ones as hi (in place) +
+// lo (into lo_tile) so that the scaled keys keep fp32-class accuracy
+// (docs/NUMERICS.md, hi + lo splits). Once per block rather than once per
+// group in registers (add_decayed_kv_step), which spilled at block 128; thread
+// x takes columns 2(x % (DK/2)), + 1 of every (kThreads / (DK/2))-th row, one
+// row at a time (unrolled, this loop too made block 128 spill).
+template <class E, int DK, int kThreads>
+__device__ inline void decay_key_tile(E* kt, E* lo_tile, int stride, const float* w) {
+  constexpr int pairs = DK / 2, rows_per = kThreads / pairs;
+  static_assert(kThreads % pairs == 0 && kChunk % rows_per == 0, "whole rows per pass");
+  const int r0 = threadIdx.x / pairs, c = 2 * (threadIdx.x % pairs);
+  #pragma unroll 1
+  for (int r = r0; r < kChunk; r += rows_per) {
+    const int off = r * stride + c;
+    const float f = w[r];
+    if constexpr (kFp32Tiles<E>) {
+      float2* p = reinterpret_cast<float2*>(kt + off);
+      const float2 x = *p;
+      *p = make_float2(x.x * f, x.y * f);
+    } else {
+      std::uint32_t* p = reinterpret_cast<std::uint32_t*>(kt + off);
+      const float2 x = Elem<E>::unpack(*p);
+      std::uint32_t hi, lo;
+      Elem<E>::split(x.x * f, x.y * f, hi, lo);
+      *p = hi;
+      *reinterpret_cast<std::uint32_t*>(lo_tile + off) = lo;
+    }
+  }
+}
+
+template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize, bool Gated = false>
 struct Layout {
   static constexpr int qk_stride = DK + kPadOf<E>;
   static constexpr int v_stride = BV + kPadOf<E>;
@@ -245,19 +313,29 @@ struct Layout {
   static constexpr std::size_t z_offset = a_offset + a_bytes;
   static constexpr std::size_t z_bytes =
       Normalize ? std::size_t(2 + KeySumShare<DK, kFusedThreads<E, DK, BV>>::parts) * DK * sizeof(float) : 0;
-  static constexpr std::size_t bytes = z_offset + z_bytes;
+  // Gated: the two decay buffers (GateRows), then the next chunk's g as copied (64 floats).
+  static constexpr std::size_t gate_offset = z_offset + z_bytes;
+  static constexpr std::size_t gate_bytes = Gated ? std::size_t(2 * GateRows::floats + kChunk) * sizeof(float) : 0;
+  static constexpr std::size_t bytes = gate_offset + gate_bytes;
 };
 
 // DK is the DK tile (tile_rules.hpp); args.DK the head's keys. With kPad the
 // rows past args.DK and the columns past args.DV are zero on chip and never
 // stored; without it the tiles hold the head exactly.
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked, bool kPad>
-__global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_kernel(FusedTensorCoreArgs args) {
+// Gate: empty for level 1; GatePointers for the gated levels (whole
+// sequences, no normalization). The gate's code is compiled only into the
+// gated instantiations, so that level 1's kernels stay as they were.
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked, bool kPad, class... Gate>
+__global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
+    fused_tensor_core_kernel(FusedTensorCoreKernelArgs args, Gate... gate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr bool kGated = sizeof...(Gate) == 1;
+  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
+  [[maybe_unused]] const GatePointers gp{gate...};  // level 1: none
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
   constexpr bool kSplit = kSplitState<E, OutT>;
   constexpr bool kF32 = kFp32Tiles<E>;
-  using L = Layout<E, DK, BV, OutT, kStaged, kNormalize>;
+  using L = Layout<E, DK, BV, OutT, kStaged, kNormalize, kGated>;
   using Frag = typename Elem<E>::Frag;
   static_assert(L::bytes <= 232448, "the block's shared memory (tile_rules.hpp, max_block_dv)");
   constexpr int kGW = kFusedGroupWidth<E, DK, BV>;
@@ -413,6 +491,47 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_ke
     }
   };
 
+  // Gated (kernels/chunk_gate.hpp's factors): warp 0 makes each chunk's decay
+  // once, into buffer c & 1 (GateRows), before the barrier that opens the chunk
+  // (chunk c + 1's at the end of chunk c, from its g copied into g_next at the
+  // start of chunk c, so the copy's latency hides behind the chunk's products).
+  // Warp 0 of group 0 owns row tile 0, the fewest A V products of all.
+  // Lane l holds tokens 2l, 2l + 1; g past the sequence's end reads as zero,
+  // where the key rows are zero and the output rows are never stored.
+  float* const gate_s = reinterpret_cast<float*>(shared_raw + L::gate_offset);  // [2][GateRows::floats]
+  float* const g_next = gate_s + 2 * GateRows::floats;                         // [64]
+  auto copy_gate = [&](int c) {  // per head: g_gamma[h] for every token
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = c * kChunk + 2 * lane + e;
+      const float* src = gp.g ? gp.g + (work.token0 + std::size_t(t < T ? t : 0)) * H + hh : gp.g_gamma + hh;
+      cp_async4(g_next + 2 * lane + e, src, t < T ? 4 : 0);
+    }
+    cp_async_commit();
+  };
+  // b_i log2(e) by an inclusive scan over the lanes' pairs (exp(x) = exp2(x log2 e)):
+  // every exponent a difference of these sums, so <= 0 up to their rounding.
+  auto make_decay = [&](int c) {
+    constexpr float kLog2e = 1.4426950408889634f;
+    const float x0 = g_next[2 * lane] * kLog2e, x1 = g_next[2 * lane + 1] * kLog2e;  // the lane's own copies
+    float incl = x0 + x1;
+    #pragma unroll
+    for (int step = 1; step < 32; step *= 2) {
+      const float y = __shfl_up_sync(0xffffffffu, incl, step);
+      if (lane >= step) incl += y;
+    }
+    float before = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) before = 0.0f;
+    const float b0 = before + x0, b1 = b0 + x1;
+    const int last = max(min(kChunk, T - c * kChunk), 1) - 1;  // the chunk's last token: b_L
+    const float bl = __shfl_sync(0xffffffffu, (last & 1) ? b1 : b0, last >> 1);
+    float* d = gate_s + (c & 1) * GateRows::floats + 2 * lane;
+    *reinterpret_cast<float2*>(d + GateRows::b) = make_float2(b0, b1);
+    *reinterpret_cast<float2*>(d + GateRows::decay) = make_float2(exp2f(b0), exp2f(b1));
+    *reinterpret_cast<float2*>(d + GateRows::to_end) = make_float2(exp2f(bl - b0), exp2f(bl - b1));
+    if (lane == 0) d[GateRows::whole] = exp2f(bl);
+  };
+
   // Publishes the state: hi/lo 16-bit copies into shared memory for Q S, and
   // the snapshot h[c] (or the final state when c == NT) to device memory.
   auto publish_state = [&](int c) {
@@ -495,11 +614,21 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_ke
   for (int p = 0; p < kLoadPieces; ++p) load_piece(c_begin, c_begin & 1, p);
   cp_async_commit();
   publish_state(c_begin);
+  if constexpr (kGated) {
+    if (threadIdx.x < 32) {
+      copy_gate(c_begin);
+      cp_async_wait_all();
+      make_decay(c_begin);
+    }
+  }
   for (int c = c_begin; c < c_end; ++c) {
     const int buf = c & 1, t0 = c * kChunk;
     const bool has_next = c + 1 < c_end;
     cp_async_wait_all();
-    __syncthreads();  // chunk c and the state before it are in shared memory
+    __syncthreads();  // chunk c and the state before it are in shared memory (gated: and its decay)
+    const float* const gc = gate_s + buf * GateRows::floats;  // gated: chunk c's decay
+    if constexpr (kGated)
+      if (has_next && threadIdx.x < 32) copy_gate(c + 1);  // its own group, before the tiles' (waited for below)
 
     const E* qt = q_s + buf * L::qk_tile;
     const E* kt = k_s + buf * L::qk_tile;
@@ -585,7 +714,10 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_ke
       for (int e = 0; e < 4; ++e) {
         const int row = 16 * rt + g + 8 * (e / 2);
         const int col = (kShareA ? 16 * (grp + (nt / 2) * kGroups) + 8 * (nt % 2) : 8 * nt) + 2 * t4 + (e % 2);
-        a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
+        if constexpr (kGated)  // and decayed by exp(b_row - b_col)
+          a[nt][e] = col <= row ? a[nt][e] * (args.scale * exp2f(gc[GateRows::b + row] - gc[GateRows::b + col])) : 0.0f;
+        else
+          a[nt][e] = col <= row ? a[nt][e] * args.scale : 0.0f;  // causal mask: zero, no softmax
       }
     if constexpr (kShareA) {  // publish this warp's score tile as hi + lo, then wait for all tiles
       #pragma unroll
@@ -608,11 +740,21 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_ke
       }
       __syncthreads();
       if constexpr (kNormalize) advance_z(c);
+      if constexpr (kGated) {  // every warp is done with Q and K: the decayed keys into their tiles (hi: K, lo: Q)
+        decay_key_tile<E, DK, kThreads>(k_s + buf * L::qk_tile, q_s + buf * L::qk_tile, L::qk_stride,
+                                        gc + GateRows::to_end);
+        __syncthreads();
+      }
     }
     #pragma unroll
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
-      for (int e = 0; e < 4; ++e) o[nt][e] *= args.scale;
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kGated)  // the inter-chunk term's row i by exp(b_i)
+          o[nt][e] *= args.scale * gc[GateRows::decay + 16 * rt + g + 8 * (e / 2)];
+        else
+          o[nt][e] *= args.scale;
+      }
 
     // Per 16 keys: O += (A_hi + A_lo) V, then dS += K^T V. This chunk's K^T V
     // is summed in fresh accumulators and added to the state in fp32 below:
@@ -686,9 +828,21 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>) fused_tensor_core_ke
           }
         }
       }
-      add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);
+      if constexpr (kGated && !kShareA) {  // key j by exp(b_L - b_j), in registers
+        add_decayed_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, gc + GateRows::to_end);
+      } else {
+        add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);  // gated: the decayed keys (16-bit: hi)
+        if constexpr (kGated && !kF32) add_kv_step(ds, qt, L::qk_stride, vf, kk, warp * kSRows, lane);  // ... + lo
+      }
     }
-    add_tiles(s, ds);  // S += K^T V after the output: the right shift
+    // S += K^T V after the output: the right shift (gated: S = exp(b_L) S + the decayed K^T V)
+    if constexpr (kGated) decay_add_tiles(s, gc[GateRows::whole], ds);
+    else add_tiles(s, ds);
+    if constexpr (kGated)
+      if (has_next && threadIdx.x < 32) {  // chunk c + 1's decay, into the other buffer
+        cp_async_wait<1>();                // its g (the newest group, chunk c + 1's tiles, may still fly)
+        make_decay(c + 1);
+      }
     if constexpr (kNormalize) {  // o_t / (scale q_t . z_t + 1e-10), the row's sums over its 4 lanes
       float den[2];
       #pragma unroll
@@ -754,7 +908,7 @@ struct SumLayout {
 };
 
 template <class E, int DK, int BV, bool kNormalize, bool kPad>
-__global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs args, float* sums, float* zsums) {
+__global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKernelArgs args, float* sums, float* zsums) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = SumLayout<E, DK, BV>;
   static_assert(L::bytes <= 232448, "the block's shared memory");
@@ -868,18 +1022,26 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreArgs
 }
 
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad>
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad, bool kGated>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
   if constexpr (kFp32Tiles<E> && BV > max_block_dv(DK, false, true)) {  // fp32 tiles of this block do not fit
     throw std::invalid_argument("tensor-core fused: block_dv too wide for fp32 inputs at this DK tile");
   } else {
-  auto kernel = args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true, kPad>
-                          : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false, kPad>;
-  const std::size_t bytes = Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize>::bytes;
-  check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               "cudaFuncSetAttribute");
-  kernel<<<grid, kFusedThreads<E, DK, BV>, bytes, stream>>>(args);
-  check_launch(cudaGetLastError(), "fused tensor-core launch");
+  const std::size_t bytes = Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize, kGated>::bytes;
+  auto launch = [&](auto kernel, auto... gate) {
+    check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                 "cudaFuncSetAttribute");
+    kernel<<<grid, kFusedThreads<E, DK, BV>, bytes, stream>>>(args, gate...);
+    check_launch(cudaGetLastError(), "fused tensor-core launch");
+  };
+  if constexpr (kGated) {
+    const GatePointers gate{args.g, args.g_gamma};
+    if (args.work) launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, true, kPad, GatePointers>, gate);
+    else launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, false, kPad, GatePointers>, gate);
+  } else {
+    launch(args.work ? fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, true, kPad>
+                     : fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, kNormalize, false, kPad>);
+  }
   }
 }
 
@@ -903,7 +1065,9 @@ struct FusedTensorCorePlan {
 // block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses.
 // cu_seqlens (host, N + 1 offsets, B = 1) makes a packed batch: its
 // sequences are walked as packed_schedule.hpp lists them. args.z_state
-// non-null normalizes o in the same pass (initial_z optional).
+// non-null normalizes o in the same pass (initial_z optional). args.g or
+// args.g_gamma runs the gated kernel: whole sequences only (segments 0 or 1;
+// split ones would need a gated segment-sum pass) and no normalization.
 // Which problems come here is choose_path's rule (kernels/path_choice.cpp);
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
@@ -915,6 +1079,15 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   constexpr bool kFp32 = detail::kFp32Tiles<E>;  // fp32 tiles: their own block limits
   const int dkt = dk_tile(args.DK), fused_cap = max_block_dv(dkt, kOneStateTile, kFp32);
   if (segments < 0 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 0..65535");
+  const bool gated = args.g != nullptr || args.g_gamma != nullptr;
+  if (gated) {
+    if (args.g && args.g_gamma) throw std::invalid_argument("tensor-core fused: a gate is g or g_gamma, not both");
+    if (normalize) throw std::invalid_argument("tensor-core fused: normalize with a gate is not supported");
+    if (segments > 1)
+      throw std::invalid_argument("tensor-core fused: a gate needs whole sequences (segments 0 or 1): "
+                                  "split sequences would need a gated segment-sum pass");
+    segments = 1;
+  }
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
   if (packed) {
@@ -937,17 +1110,20 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > fused_cap)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and at most what the DK tile allows");
   // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128
-  // columns) and 256 (blocks of 32, and 64 with one state tile), with and
-  // without normalization, exact or padded (tile_rules.hpp).
+  // columns) and 256 (blocks of 32, and 64 with one state tile), level 1 with
+  // and without normalization and gated (never both), exact or padded
+  // (tile_rules.hpp). f(dk, bv, norm, gate, pad); the segment sums ignore
+  // gate (gated runs have no segments).
   auto with_shape = [&](int bv, auto f) {
     const bool exact = exact_tiles(args.DK, args.DV, bv);
-    auto with_pad = [&](auto dk, auto bvc, auto norm) {
-      if (exact) f(dk, bvc, norm, std::false_type{});
-      else f(dk, bvc, norm, std::true_type{});
+    auto with_pad = [&](auto dk, auto bvc, auto norm, auto gate) {
+      if (exact) f(dk, bvc, norm, gate, std::false_type{});
+      else f(dk, bvc, norm, gate, std::true_type{});
     };
     auto with_norm = [&](auto dk, auto bvc) {
-      if (normalize) with_pad(dk, bvc, std::true_type{});
-      else with_pad(dk, bvc, std::false_type{});
+      if (normalize) with_pad(dk, bvc, std::true_type{}, std::false_type{});
+      else if (gated) with_pad(dk, bvc, std::false_type{}, std::true_type{});
+      else with_pad(dk, bvc, std::false_type{}, std::false_type{});
     };
     auto with_bv = [&](auto dk) {
       if constexpr (decltype(dk)::value == 256) {
@@ -986,7 +1162,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     StreamBuffer zsums(normalize ? rows * args.DK * sizeof(float) : 0, stream, "tensor-core fused: segment key sums");
     if (n_sums > 0) {
       args.work = work.as<TensorCoreWork>() + n_walks;
-      with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto pad) {
+      with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto, auto pad) {
         detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
                                     decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums),
                                                           sums.as<float>(), zsums.as<float>(), stream);
@@ -996,10 +1172,10 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     args.seg_sums = sums.as<float>();
     args.seg_zsums = zsums.as<float>();
     if (n_walks > 0)
-      with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto pad) {
+      with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
-                                         decltype(pad)::value>(args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks),
-                                                               stream);
+                                         decltype(pad)::value, decltype(gate)::value>(
+            args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks), stream);
       });
     return {block_dv, segments};
   }
@@ -1013,7 +1189,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     sums = std::make_unique<StreamBuffer>(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     zsums = std::make_unique<StreamBuffer>(normalize ? rows * args.DK * sizeof(float) : 0, stream,
                                            "tensor-core fused: segment key sums");
-    with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto pad) {
+    with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto, auto pad) {
       detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
                                   decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H),
                                                         sums->as<float>(), zsums->as<float>(), stream);
@@ -1021,10 +1197,10 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     args.seg_sums = sums->as<float>();
     args.seg_zsums = zsums->as<float>();
   }
-  with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto pad) {
+  with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
     detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
-                                     decltype(pad)::value>(args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments),
-                                                           stream);
+                                     decltype(pad)::value, decltype(gate)::value>(
+        args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments), stream);
   });
   return {block_dv, segments};
 }

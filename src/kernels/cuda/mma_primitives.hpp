@@ -239,6 +239,51 @@ __device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* k
   }
 }
 
+// add_kv_step with key j's row of K scaled by w[j] (the gated state update,
+// kernels/chunk_gate.hpp: w[j] = exp(b_L - b_j), fp32). The scaled keys exist
+// only in fp32, so they keep fp32-class accuracy as the kernel's other fp32
+// operands do (docs/NUMERICS.md): 16-bit tiles as hi + lo parts (two products
+// instead of one), fp32 tiles scaled before Elem<float>'s own split. Register
+// r of a K^T fragment holds keys 16kk + 2(lane % 4) + 8(r / 2), + 1.
+template <class E, int kSMTiles, int kNTiles>
+__device__ inline void add_decayed_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
+                                           const typename Elem<E>::Frag (&vf)[kNTiles / 2][4], int kk, int row0,
+                                           int lane, const float* w) {
+  const float2 w01[2] = {*reinterpret_cast<const float2*>(w + 16 * kk + 2 * (lane & 3)),
+                         *reinterpret_cast<const float2*>(w + 16 * kk + 8 + 2 * (lane & 3))};
+  #pragma unroll
+  for (int mt = 0; mt < kSMTiles; ++mt) {
+    const E* p = kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1);
+    if constexpr (sizeof(E) == 4) {
+      float2 x[4];
+      ldmatrix_x4_trans(x, p);
+      typename Elem<E>::Frag kf[4];
+      #pragma unroll
+      for (int r = 0; r < 4; ++r) kf[r] = Elem<E>::from_pair(x[r].x * w01[r >> 1].x, x[r].y * w01[r >> 1].y);
+      #pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
+        Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
+      }
+    } else {
+      std::uint32_t kf[4], hi[4], lo[4];
+      ldmatrix_x4_trans(kf, p);
+      #pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float2 x = Elem<E>::unpack(kf[r]);
+        Elem<E>::split(x.x * w01[r >> 1].x, x.y * w01[r >> 1].y, hi[r], lo[r]);
+      }
+      #pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        Elem<E>::mma(ds[mt][2 * np], hi, vf[np][0], vf[np][1]);
+        Elem<E>::mma(ds[mt][2 * np + 1], hi, vf[np][2], vf[np][3]);
+        Elem<E>::mma(ds[mt][2 * np], lo, vf[np][0], vf[np][1]);
+        Elem<E>::mma(ds[mt][2 * np + 1], lo, vf[np][2], vf[np][3]);
+      }
+    }
+  }
+}
+
 // s += ds element by element, in IEEE fp32 (the tensor cores' own fp32 sums are not IEEE-rounded).
 template <int kSMTiles, int kNTiles>
 __device__ inline void add_tiles(float (&s)[kSMTiles][kNTiles][4], const float (&ds)[kSMTiles][kNTiles][4]) {
@@ -248,6 +293,17 @@ __device__ inline void add_tiles(float (&s)[kSMTiles][kNTiles][4], const float (
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) s[mt][nt][e] += ds[mt][nt][e];
+}
+// The gated form: s = decay * s + ds, one IEEE fp32 rounding per element (decay 1 gives add_tiles' bits).
+template <int kSMTiles, int kNTiles>
+__device__ inline void decay_add_tiles(float (&s)[kSMTiles][kNTiles][4], float decay,
+                                       const float (&ds)[kSMTiles][kNTiles][4]) {
+  #pragma unroll
+  for (int mt = 0; mt < kSMTiles; ++mt)
+    #pragma unroll
+    for (int nt = 0; nt < kNTiles; ++nt)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], decay, ds[mt][nt][e]);
 }
 
 template <int N>
