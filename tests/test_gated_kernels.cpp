@@ -5,9 +5,10 @@
 // plain and packed batches (lengths 1, 63, 64, 65, 300), initial states,
 // DK != DV, chunks 16 and 64, outputs poisoned first: o, h and final_state
 // against the fp64 chunked reference (reference/gated.hpp) at the levels of
-// core/accuracy_levels.hpp. A gate of zeros gives level 1's bits; the paths
-// that do not take a gate yet refuse it; bad gates are refused. On CUDA
-// builds the same tests run the kokkoskernels path.
+// core/accuracy_levels.hpp. A gate of zeros gives level 1's bits; the
+// register-blocked kernels, which do not take a gate yet, refuse it; bad gates
+// are refused. On CUDA builds the same tests run the kokkoskernels path (the
+// gated tensor-core forward: test_tensor_core_gated.cpp).
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -162,7 +163,7 @@ TEST(GatedKernels, BadGatesAreRefused) {
   cfg.normalize = false;
   cfg.gemm = GemmPath::registers;
   EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("do not take a decay gate yet"), std::string::npos);
-  cfg.gemm = GemmPath::tensor_core;
+  cfg.gemm = GemmPath::tensor_core;  // chunk 16: never on tensor cores, gated or not
   EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("not available"), std::string::npos);
 }
 

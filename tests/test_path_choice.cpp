@@ -602,13 +602,22 @@ TEST(BackwardPathChoice, Bf16OnCudaTakesTensorCores) {
 
 // fp32 inputs (fp32 tiles, three TF32 products) at every head size, their
 // gradients in fp32 whether or not --out-dtype fp32 says so.
-// A gated backward runs on the TeamPolicy kernel; tensor cores refuse it, saying why.
-TEST(BackwardPathChoice, GatesTakeTheTeamPolicyBackward) {
+// A gated backward takes tensor cores as level 1 does (every head, fp32 too);
+// fp64 and a host backend the TeamPolicy backward.
+TEST(BackwardPathChoice, GatesTakeTensorCores) {
   BackwardPathFacts f = backward_on_cuda();
   f.gated = true;
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.input = DType::f32;
+  f.DK = 256;
+  f.DV = 512;
+  EXPECT_EQ(backward_path_of(f), GemmPath::tensor_core);
+  f.input = DType::f64;
   EXPECT_EQ(backward_path_of(f), GemmPath::kokkos_kernels);
-  f.requested = GemmPath::tensor_core;
-  EXPECT_NE(backward_refusal_of(f).find("does not take a decay gate yet"), std::string::npos) << backward_refusal_of(f);
+  BackwardPathFacts h = backward_on_cuda();
+  h.backend = Backend::host;
+  h.gated = true;
+  EXPECT_EQ(backward_path_of(h), GemmPath::host_tile);
 }
 
 TEST(BackwardPathChoice, Fp32InputsTakeTensorCores) {

@@ -103,7 +103,8 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
                           scientific(levels[i], 2), below ? "ok" : "ABOVE LEVEL"});
   }
   if (in.gate != GateKind::none) {
-    const double level = gate_gradient_level(dtype, bf16_snapshots);
+    const double level = operands > 0 ? tensor_core_gate_gradient_level(dtype, bf16_snapshots)
+                                      : gate_gradient_level(dtype, bf16_snapshots);
     const char* name = in.gate == GateKind::per_head ? "dg_gamma" : "dg";
     const double error = relative_l2(dg_out.to_double(), in.gate == GateKind::per_head ? ref.dg_gamma : ref.dg);
     const bool below = error <= level;

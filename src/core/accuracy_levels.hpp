@@ -55,4 +55,11 @@ inline double tensor_core_split_level(DType input) {
 // u of the input type.
 inline double tensor_core_backward_level(DType input) { return 2 * unit_roundoff(input); }
 
+// dg on the tensor-core backward: its terms q . dq and k . dk carry dq's and
+// dk's operand roundings (tensor_core_backward_level each), so twice that on
+// top of the long sum's level.
+inline double tensor_core_gate_gradient_level(DType input, bool bf16_snapshots) {
+  return gate_gradient_level(input, bf16_snapshots) + 2 * tensor_core_backward_level(input);
+}
+
 }  // namespace linattn

@@ -75,7 +75,7 @@ struct BackwardPathFacts {
   bool known_case = true;
   DType input = DType::f32;
   std::int64_t chunk = 64, DK = 64, DV = 64;
-  bool gated = false;  // a decay gate (levels 2 and 3): the TeamPolicy backward only, for now
+  bool gated = false;  // a decay gate (levels 2 and 3): every backward path takes it
 };
 
 // The backward's path, or why the request cannot run. automatic takes the

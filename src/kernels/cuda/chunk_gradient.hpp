@@ -5,10 +5,15 @@
 //   dQ_c = scale dO_c h[c]^T + P K_c,          P = scale tril(dO_c V_c^T)
 //   dK_c = P^T Q_c + V_c dh[c]^T
 //   dV_c = A^T dO_c + K_c dh[c],               A = scale tril(Q_c K_c^T)
+// Gated (gate_gradient.hpp): P and A take exp(b_i - b_j), dO h^T's rows
+// exp(b_i), the dh terms of dK and dV the rows exp(b_L - b_j) (so they are
+// computed first, then the score terms added), and each warp leaves its
+// columns' share of q . dq - k . dk for dg.
 // Other head sizes take chunk_gradient_tiled.hpp.
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/gate_gradient.hpp"
 #include "kernels/cuda/state_gradient.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
 
@@ -18,14 +23,7 @@
 
 namespace linattn::cuda::detail {
 
-// Two consecutive elements of a snapshot as floats.
-__device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
-__device__ inline float2 load_pair(const __nv_bfloat16* p) {
-  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
-}
-__device__ inline float2 load_pair(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
-
-template <int DK, int DV, bool kCompact>
+template <int DK, int DV, bool kCompact, bool kGated = false>
 struct ChunkGradientLayout {
   static constexpr int k_stride = DK + kPad, v_stride = DV + kPad, p_stride = kChunk + kPad;
   static constexpr int k_tile = kChunk * k_stride, v_tile = kChunk * v_stride, s_tile = DK * v_stride;
@@ -34,15 +32,19 @@ struct ChunkGradientLayout {
   // dh[c] in one tile, P then A in one tile (113.7 KB at 128 x 128: two
   // blocks per SM, each one's loads overlapping the other's products).
   static constexpr int state_tiles = kCompact ? 1 : 2, score_tiles = kCompact ? 1 : 2;
-  static constexpr std::size_t bytes = std::size_t(2 * k_tile + 2 * v_tile + state_tiles * s_tile + score_tiles * p_tile) * 2;
+  static constexpr std::size_t tile_bytes =
+      std::size_t(2 * k_tile + 2 * v_tile + state_tiles * s_tile + score_tiles * p_tile) * 2;
+  static constexpr std::size_t bytes = tile_bytes + (kGated ? kChunk * sizeof(float) : 0);  // + b log2(e)
 };
 constexpr int kChunkGradientThreads = 256;
 
 // Warp w's scores of row tile rt = w % 4, key tiles 2 (w / 4), 2 (w / 4) + 1
 // (those right of the diagonal are zero): scale tril(X Y^T) over D columns,
 // X and Y stored [token][D].
+// Gated: times exp(b_i - b_j) (decays non-null).
 template <class E, int D>
-__device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int stride, float scale, int lane) {
+__device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int stride, float scale, int lane,
+                              const ChunkDecays* decays = nullptr) {
   const int warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2, g = lane >> 2, t4 = lane & 3;
   zero(sc);
   #pragma unroll
@@ -58,7 +60,7 @@ __device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int str
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = 16 * rt + g + 8 * (e / 2), col = 16 * j + 8 * n + 2 * t4 + (e % 2);
-        sc[2 * jj + n][e] = col <= row ? part[n][e] * scale : 0.0f;
+        sc[2 * jj + n][e] = col <= row ? part[n][e] * (decays ? scale * decays->pair(row, col) : scale) : 0.0f;
       }
   }
 }
@@ -76,10 +78,10 @@ __device__ inline void store_scores(E* p, int stride, const float (&sc)[4][4], i
 
 // blockIdx.x = head + H * chunk. Warp w owns the 16 rows 16 (w % 4).. of each
 // output and half of its columns (w / 4).
-template <class E, int DK, int DV, class SnapT, bool kCompact>
+template <class E, int DK, int DV, class SnapT, bool kCompact, bool kGated = false>
 __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = ChunkGradientLayout<DK, DV, kCompact>;
+  using L = ChunkGradientLayout<DK, DV, kCompact, kGated>;
   constexpr int kThreads = kChunkGradientThreads;
   const int H = a.H, head = blockIdx.x % H;
   const BackwardChunk ch = a.chunks[blockIdx.x / H];
@@ -97,6 +99,10 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
   const std::size_t state = (std::size_t(ch.h_chunk) * H + head) * DK * DV;
   const E* dh = static_cast<const E*>(a.dh) + state;
+  float* b_s = reinterpret_cast<float*>(shared_raw + L::tile_bytes);  // gated: the chunk's b log2(e)
+  const ChunkDecays cd{b_s, ch.length - 1};
+  const ChunkDecays* decays = kGated ? &cd : nullptr;
+  float dots[2] = {0.0f, 0.0f};  // gated: q . dq - k . dk over this warp's columns, rows g, g + 8
 
   // Groups of copies, each waited for just before its first use: the
   // chunk's tiles, h[c], then dh[c] (compact: once h[c] is used up).
@@ -104,6 +110,9 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   copy_tile_async<kThreads>(k_s, L::k_stride, static_cast<const E*>(a.k) + tok * DK, qk_row, kChunk, DK, ch.length);
   copy_tile_async<kThreads>(v_s, L::v_stride, static_cast<const E*>(a.v) + tok * DV, v_row, kChunk, DV, ch.length);
   copy_tile_async<kThreads>(o_s, L::v_stride, static_cast<const E*>(a.d_o) + tok * DV, v_row, kChunk, DV, ch.length);
+  if constexpr (kGated)
+    if (threadIdx.x < kChunk)  // tokens past the chunk repeat its last one (their rows are zero)
+      cp_async4(b_s + threadIdx.x, a.log2_decay + (std::size_t(ch.token0) + min(int(threadIdx.x), ch.length - 1)) * H + head, 4);
   cp_async_commit();
   if constexpr (std::is_same<SnapT, E>::value) {
     copy_tile_async<kThreads>(h_s, L::v_stride, static_cast<const E*>(a.h) + state, DV, DK, DV, DK);
@@ -125,10 +134,10 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   }
   __syncthreads();
   float sc[4][4];  // P = scale tril(dO V^T), then A = scale tril(Q K^T), rounded once to 16 bits
-  scores<E, DV>(sc, o_s, v_s, L::v_stride, a.scale, lane);
+  scores<E, DV>(sc, o_s, v_s, L::v_stride, a.scale, lane, decays);
   store_scores(p_s, L::p_stride, sc, lane);
   if constexpr (!kCompact) {
-    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane);
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays);
     store_scores(a_s, L::p_stride, sc, lane);
     cp_async_wait<1>();
   } else {
@@ -147,16 +156,20 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     #pragma unroll
     for (int nt = 0; nt < kN; ++nt)
       #pragma unroll
-      for (int e = 0; e < 4; ++e) acc[nt][e] *= a.scale;
+      for (int e = 0; e < 4; ++e) {
+        if constexpr (kGated) acc[nt][e] *= a.scale * cd.row(16 * rt + (lane >> 2) + 8 * (e / 2));
+        else acc[nt][e] *= a.scale;
+      }
     mma_rows<E, kN>(acc, 0, 16 * (rt + 1), [&](std::uint32_t* f, int k0) { a_rows(f, p_s, L::p_stride, 16 * rt, k0, lane); },
                     [&](std::uint32_t* f, int n, int k0) { b_cols(f, k_s, L::k_stride, n0 + n, k0, lane); });
+    if constexpr (kGated) add_row_dots<E, kN>(dots, acc, q_s, L::k_stride, 16 * rt, n0, 1.0f, lane);
     store_rows<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
   }
   if constexpr (kCompact) {
     __syncthreads();  // h[c] is used up: dh[c] takes its tile, while A is computed
     copy_tile_async<kThreads>(d_s, L::v_stride, dh, DV, DK, DV, DK);
     cp_async_commit();
-    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane);
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays);
   }
   cp_async_wait<0>();
   __syncthreads();  // dh[c] is in shared memory
@@ -167,10 +180,19 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     const int n0 = (DK / 2) * col_half;
     float acc[kN][4];
     zero(acc);
-    mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, p_s, L::p_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, q_s, L::k_stride, n0 + n, k0, lane); });
+    auto score_term = [&] {
+      mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, p_s, L::p_stride, 16 * rt, k0, lane); },
+                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, q_s, L::k_stride, n0 + n, k0, lane); });
+    };
+    if constexpr (!kGated) score_term();
     mma_rows<E, kN>(acc, 0, DV, [&](std::uint32_t* f, int k0) { a_rows(f, v_s, L::v_stride, 16 * rt, k0, lane); },
                     [&](std::uint32_t* f, int n, int k0) { b_rows(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    if constexpr (kGated) {  // V dh^T's rows by exp(b_L - b_j), then + P^T Q
+      decay_key_rows(acc, cd, 16 * rt, lane);
+      score_term();
+      add_row_dots<E, kN>(dots, acc, k_s, L::k_stride, 16 * rt, n0, -1.0f, lane);
+      store_row_dots(a, col_half, ch, head, 16 * rt, dots, lane);
+    }
     store_rows<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
   }
   if constexpr (kCompact) {
@@ -184,10 +206,17 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     const int n0 = (DV / 2) * col_half;
     float acc[kN][4];
     zero(acc);
-    mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, a_s, L::p_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, o_s, L::v_stride, n0 + n, k0, lane); });
+    auto score_term = [&] {
+      mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, a_s, L::p_stride, 16 * rt, k0, lane); },
+                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, o_s, L::v_stride, n0 + n, k0, lane); });
+    };
+    if constexpr (!kGated) score_term();
     mma_rows<E, kN>(acc, 0, DK, [&](std::uint32_t* f, int k0) { a_rows(f, k_s, L::k_stride, 16 * rt, k0, lane); },
                     [&](std::uint32_t* f, int n, int k0) { b_cols(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    if constexpr (kGated) {  // K dh's rows by exp(b_L - b_j), then + A^T dO
+      decay_key_rows(acc, cd, 16 * rt, lane);
+      score_term();
+    }
     store_rows<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, acc, 16 * rt, n0, ch.length, lane);
   }
 #endif

@@ -13,9 +13,13 @@
 // Each stage's tiles are double-buffered. P and A are rounded once to 16 bits,
 // as in chunk_gradient.hpp. fp32 inputs keep fp32 tiles (P and A unrounded)
 // and multiply in three products of split operands (mma_primitives.hpp, Elem<float>).
+// Gated (gate_gradient.hpp), as chunk_gradient.hpp: P and A take exp(b_i - b_j),
+// dO h^T's rows exp(b_i), V dh^T's and K dh's rows exp(b_L - b_j) (they are
+// summed first already), and each DK block leaves its share of q . dq - k . dk.
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/gate_gradient.hpp"
 #include "kernels/cuda/state_gradient.hpp"
 #include "kernels/cuda/tile_rules.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
@@ -63,8 +67,10 @@ __device__ inline void load_snapshot_tile(E* dst, const SnapT* h, int DK, int DV
 
 // Scores of warp row tile rt (16 x 64, keys past the diagonal zero) scaled
 // and rounded to 16 bits into a tile stored [query][key].
+// Gated: times exp(b_i - b_j) (decays non-null).
 template <class E>
-__device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float scale, int lane) {
+__device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float scale, int lane,
+                                           const ChunkDecays* decays = nullptr) {
   constexpr int kTileStride = kTileStrideOf<E>;
   const int rt = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   #pragma unroll
@@ -72,24 +78,35 @@ __device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float 
     #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = 16 * rt + g + 8 * half, col = 8 * nt + 2 * t4;
-      const float x0 = col <= row ? scale * sc[nt][2 * half] : 0.0f;
-      const float x1 = col + 1 <= row ? scale * sc[nt][2 * half + 1] : 0.0f;
+      const float s0 = decays ? scale * decays->pair(row, col) : scale;
+      const float s1 = decays ? scale * decays->pair(row, col + 1) : scale;
+      const float x0 = col <= row ? s0 * sc[nt][2 * half] : 0.0f;
+      const float x1 = col + 1 <= row ? s1 * sc[nt][2 * half + 1] : 0.0f;
       store_pair<E>(p + row * kTileStride + col, x0, x1);
     }
 }
 
 // Shared memory of query_key_gradient_kernel: Q and K of the DK block, then
 // per stage dO, V of a DV block and h, dh of (DK block, DV block); P.
+// Gated: + the chunk's b log2(e) (64 floats) after the tiles.
 template <class E>
 constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTileElemsOf<E> * sizeof(E);
 // Of value_gradient_kernel: dO of the DV block, A; per stage Q, K of a DK
 // block and dh of (DK block, DV block).
 template <class E>
 constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
+constexpr std::size_t kGateBytes = kChunk * sizeof(float);
+
+// The chunk's b log2(e) into shared memory, with the first group of copies
+// (tokens past the chunk repeat its last one: their rows are zero).
+__device__ inline void load_decays_async(float* b_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head) {
+  if (threadIdx.x < kChunk)
+    cp_async4(b_s + threadIdx.x, a.log2_decay + (std::size_t(ch.token0) + min(int(threadIdx.x), ch.length - 1)) * a.H + head, 4);
+}
 
 // blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
 // chunk run side by side and share its dO and V in L2.
-template <class E, class SnapT, bool kBounded>
+template <class E, class SnapT, bool kBounded, bool kGated = false>
 __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
@@ -104,6 +121,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   E* k_s = q_s + kTileElems;
   E* stage = k_s + kTileElems;  // [2][dO, V, h, dh]
   E* p_s = stage + 8 * kTileElems;
+  float* b_s = reinterpret_cast<float*>(p_s + kTileElems);  // gated: the chunk's b log2(e)
+  const ChunkDecays cd{b_s, ch.length - 1};
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
   const E* d_o = static_cast<const E*>(a.d_o) + tok * DV;
@@ -115,6 +134,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
                               kGradientBlock, ch.length, DK - k0, cw);
   copy_tile_bounded<kThreads>(k_s, kTileStride, static_cast<const E*>(a.k) + tok * DK + k0, qk_row, kChunk,
                               kGradientBlock, ch.length, DK - k0, cw);
+  if constexpr (kGated) load_decays_async(b_s, a, ch, head);  // in load(0)'s group
   auto load = [&](int vb) {
     E* s = stage + (vb & 1) * 4 * kTileElems;
     const int c0 = vb * kGradientBlock;
@@ -152,17 +172,27 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     mma_rows<E, kN>(gk, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
   }
-  store_causal_scores(p_s, p, a.scale, lane);
+  store_causal_scores(p_s, p, a.scale, lane, kGated ? &cd : nullptr);
   __syncthreads();  // P is in shared memory
   #pragma unroll
   for (int nt = 0; nt < kN; ++nt)
     #pragma unroll
-    for (int e = 0; e < 4; ++e) gq[nt][e] *= a.scale;
+    for (int e = 0; e < 4; ++e) {
+      if constexpr (kGated) gq[nt][e] *= a.scale * cd.row(16 * rt + (lane >> 2) + 8 * (e / 2));
+      else gq[nt][e] *= a.scale;
+    }
+  if constexpr (kGated) decay_key_rows(gk, cd, 16 * rt, lane);  // V dh^T's rows, before P^T Q is added
   // dQ += P K over the keys up to the diagonal; dK += P^T Q over the queries from it on.
   mma_rows<E, kN>(gq, 0, 16 * (rt + 1), [&](FragOf<E>* f, int kk) { a_rows(f, p_s, kTileStride, 16 * rt, kk, lane); },
                   [&](FragOf<E>* f, int n, int kk) { b_cols(f, k_s, kTileStride, n, kk, lane); }, dk_pairs);
   mma_rows<E, kN>(gk, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, p_s, kTileStride, 16 * rt, kk, lane); },
                   [&](FragOf<E>* f, int n, int kk) { b_cols(f, q_s, kTileStride, n, kk, lane); }, dk_pairs);
+  if constexpr (kGated) {  // this DK block's share of q . dq - k . dk (columns past DK are zero in q_s, k_s)
+    float dots[2] = {0.0f, 0.0f};
+    add_row_dots<E, kN>(dots, gq, q_s, kTileStride, 16 * rt, 0, 1.0f, lane);
+    add_row_dots<E, kN>(dots, gk, k_s, kTileStride, 16 * rt, 0, -1.0f, lane);
+    store_row_dots(a, blockIdx.x % nkb, ch, head, 16 * rt, dots, lane);
+  }
   const bool pairs = DK % 2 == 0;
   store_rows_bounded<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, gq, 16 * rt, k0, ch.length, DK, pairs, lane);
   store_rows_bounded<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, gk, 16 * rt, k0, ch.length, DK, pairs, lane);
@@ -170,7 +200,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
 }
 
 // blockIdx.x = DV block + (DV blocks) * (head + H * chunk).
-template <class E, bool kBounded>
+template <class E, bool kBounded, bool kGated = false>
 __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
@@ -184,6 +214,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   E* o_s = reinterpret_cast<E*>(shared_raw);
   E* a_s = o_s + kTileElems;
   E* stage = a_s + kTileElems;  // [2][Q, K, dh]
+  float* b_s = reinterpret_cast<float*>(stage + 6 * kTileElems);  // gated: the chunk's b log2(e)
+  const ChunkDecays cd{b_s, ch.length - 1};
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
   const E* q = static_cast<const E*>(a.q) + tok * DK;
@@ -192,6 +224,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
 
   copy_tile_bounded<kThreads>(o_s, kTileStride, static_cast<const E*>(a.d_o) + tok * DV + c0, v_row, kChunk,
                               kGradientBlock, ch.length, DV - c0, cw);
+  if constexpr (kGated) load_decays_async(b_s, a, ch, head);  // in load(0)'s group
   auto load = [&](int kb) {
     E* s = stage + (kb & 1) * 3 * kTileElems;
     const int r0 = kb * kGradientBlock;
@@ -223,7 +256,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
     mma_rows<E, kN>(gv, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
   }
-  store_causal_scores(a_s, sa, a.scale, lane);
+  store_causal_scores(a_s, sa, a.scale, lane, kGated ? &cd : nullptr);
+  if constexpr (kGated) decay_key_rows(gv, cd, 16 * rt, lane);  // K dh's rows, before A^T dO is added
   __syncthreads();  // A is in shared memory
   // dV += A^T dO over the queries from the diagonal on.
   mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, a_s, kTileStride, 16 * rt, kk, lane); },

@@ -3,6 +3,8 @@
 // dS (the gradient of the state) in registers, stores dS after each chunk into
 // dh[c] (the input type, rows and columns padded to dh_rows x dh_cols,
 // tile_rules.hpp; zero past DK and DV) and ends with dh0:  dS <- dS + scale Q_c^T dO_c, from dht.
+// Gated (gate_gradient.hpp): dS <- exp(b_L) dS + scale (exp(b_i) Q_c)^T dO_c,
+// the query rows weighted in fp32 (add_decayed_kv_step).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -41,11 +43,12 @@ __device__ inline void copy_tile_bounded(E* dst, int dst_stride, const E* src, s
   }
 }
 
-template <class E, int DK, int BV>
+template <class E, int DK, int BV, bool kGated = false>
 struct StateGradientLayout {
   static constexpr int q_stride = DK + kPadOf<E>, o_stride = BV + kPadOf<E>;
   static constexpr int q_tile = kChunk * q_stride, o_tile = kChunk * o_stride;
-  static constexpr std::size_t bytes = std::size_t(2) * (q_tile + o_tile) * sizeof(E);  // double-buffered
+  static constexpr std::size_t tile_bytes = std::size_t(2) * (q_tile + o_tile) * sizeof(E);  // double-buffered
+  static constexpr std::size_t bytes = tile_bytes + (kGated ? 2 * kChunk * sizeof(float) : 0);  // + exp(b) per buffer
 };
 constexpr int kStateGradientThreads = 128;
 
@@ -53,10 +56,10 @@ constexpr int kStateGradientThreads = 128;
 // the state rows w * DK / 4 .. of the block's BV columns. DK is the DK tile
 // (tile_rules.hpp); kBounded: the head's DK or DV is not a whole number of
 // tiles, so loads zero-fill past them and dht, dh0 are read and written within them.
-template <class E, int DK, int BV, bool kBounded>
+template <class E, int DK, int BV, bool kBounded, bool kGated = false>
 __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = StateGradientLayout<E, DK, BV>;
+  using L = StateGradientLayout<E, DK, BV, kGated>;
   constexpr int kThreads = kStateGradientThreads, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = BV / 8;
   const int nbv = a.dh_cols / BV, rest = blockIdx.x / nbv;
   const int v0 = (blockIdx.x % nbv) * BV, head = rest % a.H, H = a.H, DV = a.DV, dk = a.DK;
@@ -66,6 +69,7 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* q_s = reinterpret_cast<E*>(shared_raw);  // [2][64][q_stride]
   E* o_s = q_s + 2 * L::q_tile;               // [2][64][o_stride]
+  float* w_s = reinterpret_cast<float*>(shared_raw + L::tile_bytes);  // gated: [2][64] exp(b_i)
   const E* q = static_cast<const E*>(a.q) + (std::size_t(sq.token0) * H + head) * dk;
   const E* d_o = static_cast<const E*>(a.d_o) + (std::size_t(sq.token0) * H + head) * DV + v0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
@@ -94,6 +98,11 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
       copy_tile_async<kThreads>(q_s + buf * L::q_tile, L::q_stride, q + t0 * H * DK, std::size_t(H) * DK, kChunk, DK, rows);
       copy_tile_async<kThreads>(o_s + buf * L::o_tile, L::o_stride, d_o + t0 * H * DV, std::size_t(H) * DV, kChunk, BV, rows);
     }
+    if constexpr (kGated)
+      if (threadIdx.x < kChunk) {
+        const int t = threadIdx.x;
+        cp_async4(w_s + buf * kChunk + t, a.row_decay + (sq.token0 + t0 + (t < rows ? t : 0)) * H + head, t < rows ? 4 : 0);
+      }
     cp_async_commit();
   };
   if (NT > 0) load(NT - 1);
@@ -130,14 +139,19 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(of[np], ot + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::o_stride + 16 * np + 8 * (lane >> 4));
-      add_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane);
+      if constexpr (kGated) add_decayed_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane, w_s + buf * kChunk);
+      else add_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane);
     }
+    [[maybe_unused]] const float whole = kGated ? w_s[buf * kChunk + min(kChunk, T - c * kChunk) - 1] : 1.0f;  // exp(b_L)
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
         #pragma unroll
-        for (int e = 0; e < 4; ++e) s[mt][nt][e] += a.scale * ds[mt][nt][e];
+        for (int e = 0; e < 4; ++e) {
+          if constexpr (kGated) s[mt][nt][e] = whole * s[mt][nt][e] + a.scale * ds[mt][nt][e];
+          else s[mt][nt][e] += a.scale * ds[mt][nt][e];
+        }
   }
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt)

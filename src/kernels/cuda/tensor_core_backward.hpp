@@ -10,6 +10,8 @@
 //     chunks independent: chunk_gradient.hpp holds a whole head of DK, DV in
 //     {64, 128} per block; chunk_gradient_tiled.hpp takes every other head
 //     size in 64 x 64 tiles (zero-padded on chip).
+// Gated (args.g or args.g_gamma; gate_gradient.hpp): the chunks' cumulative
+// log-decays first, the gated instantiations of both kernels, then dg.
 //
 // Why not one reverse walk that also writes dq, dk, dv: dq and dk sum over
 // every DV column, so a walk split into DV blocks (which the forward needs for
@@ -26,6 +28,7 @@
 #include "kernels/cuda/chunk_gradient.hpp"
 #include "kernels/cuda/chunk_gradient_tiled.hpp"
 #include "kernels/cuda/device_memory.hpp"
+#include "kernels/cuda/gate_gradient.hpp"
 #include "kernels/cuda/state_gradient.hpp"
 #include "kernels/cuda/tile_rules.hpp"
 
@@ -79,6 +82,8 @@ inline BackwardWork backward_work(int B, std::int64_t T, const std::vector<std::
 // Runs both kernels on `stream`. E: the inputs' and outputs' type
 // (__nv_bfloat16, __half or float); SnapT: h's (E, __nv_bfloat16 or float).
 // args.seqs, args.chunks and dh's padding are set here; dh is allocated here.
+// Gated: args.g or args.g_gamma, args.dg, and args.dg_after with after_rows
+// (or null and 0); the decays and dg's shares are allocated here.
 // compact: the whole-head chunk kernel shares one tile between h[c] and dh[c].
 template <class E, class SnapT>
 void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T,
@@ -105,15 +110,43 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
                   "tensor-core backward: dh");
   args.dh = dh.ptr.get();
 
+  // The gated levels: each chunk's decays first (every later kernel reads them).
+  const bool gated = args.g != nullptr || args.g_gamma != nullptr;
+  const int chunk_heads = static_cast<int>(work.chunks.size() * args.H);
+  args.num_tokens = static_cast<std::int64_t>(B) * T;
+  args.num_seqs = static_cast<int>(work.seqs.size());
+  args.dg_parts = !gated ? 0 : whole_head ? 2 : (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
+  const std::size_t token_heads = gated ? std::size_t(args.num_tokens) * args.H : 0;
+  StreamBuffer decays(2 * token_heads * sizeof(float), stream, "tensor-core backward: chunk decays");
+  StreamBuffer dg_part(token_heads * args.dg_parts * sizeof(float), stream, "tensor-core backward: dg shares");
+  if (gated) {
+    if (!args.dg) throw std::invalid_argument("tensor-core backward: a gate needs dg");
+    args.log2_decay = decays.as<float>();
+    args.row_decay = args.log2_decay + token_heads;
+    args.dg_part = dg_part.as<float>();
+    if (chunk_heads > 0) {
+      constexpr int per_block = detail::kLogDecayThreads / 32;
+      detail::chunk_log_decay_kernel<<<(chunk_heads + per_block - 1) / per_block, detail::kLogDecayThreads, 0, stream>>>(
+          args, chunk_heads);
+      detail::check_launch(cudaGetLastError(), "tensor-core backward: chunk decays");
+    }
+  }
+
   const std::int64_t walks = static_cast<std::int64_t>(work.seqs.size()) * args.H;
   const int bv = state_gradient_block(args.DK, args.dh_cols, walks, num_sms);
   // Heads that fill their DK tile and whole blocks of 64 columns run without bounds checks.
   const bool bounded = !whole_head && !(args.DK == dk_tile(args.DK) && args.DV % detail::kGradientBlock == 0);
   auto walk = [&](auto dkt, auto bvc, auto bnd) {
     constexpr int DKT = decltype(dkt)::value, BV = decltype(bvc)::value;
-    detail::launch(detail::state_gradient_kernel<E, DKT, BV, decltype(bnd)::value>,
-                   detail::StateGradientLayout<E, DKT, BV>::bytes, static_cast<int>(walks * (args.dh_cols / BV)),
-                   detail::kStateGradientThreads, args, stream, "tensor-core backward: state gradient");
+    constexpr bool kB = decltype(bnd)::value;
+    const int blocks = static_cast<int>(walks * (args.dh_cols / BV));
+    if (gated)
+      detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB, true>,
+                     detail::StateGradientLayout<E, DKT, BV, true>::bytes, blocks, detail::kStateGradientThreads, args,
+                     stream, "tensor-core backward: state gradient");
+    else
+      detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB>, detail::StateGradientLayout<E, DKT, BV>::bytes,
+                     blocks, detail::kStateGradientThreads, args, stream, "tensor-core backward: state gradient");
   };
   auto with_bv = [&](auto dkt, auto bnd) {
     constexpr int DKT = decltype(dkt)::value;
@@ -136,24 +169,39 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   else with_dkt(std::false_type{});
 
   if (work.chunks.empty()) return;
-  const int chunk_heads = static_cast<int>(work.chunks.size() * args.H);
+  // dg from the chunk kernels' shares, once they are done (same stream).
+  auto gate_gradient = [&] {
+    if (gated)
+      detail::launch(detail::gate_gradient_kernel<E, SnapT>, 0, static_cast<int>(walks), detail::kGateGradientThreads,
+                     args, stream, "tensor-core backward: dg");
+  };
   if (!whole_head) {
     const int nkb = (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
     const int nvb = (args.DV + detail::kGradientBlock - 1) / detail::kGradientBlock;
-    auto tiled = [&](auto bnd) {
-      constexpr bool kB = decltype(bnd)::value;
-      detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB>, detail::kQueryKeyGradientBytes<E>, chunk_heads * nkb,
-                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
-      detail::launch(detail::value_gradient_kernel<E, kB>, detail::kValueGradientBytes<E>, chunk_heads * nvb,
+    auto tiled = [&](auto bnd, auto gate) {
+      constexpr bool kB = decltype(bnd)::value, kG = decltype(gate)::value;
+      const std::size_t extra = kG ? detail::kGateBytes : 0;
+      detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB, kG>, detail::kQueryKeyGradientBytes<E> + extra,
+                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
+      detail::launch(detail::value_gradient_kernel<E, kB, kG>, detail::kValueGradientBytes<E> + extra, chunk_heads * nvb,
                      detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
     };
-    if (bounded) tiled(std::true_type{});
-    else tiled(std::false_type{});
+    auto with_bound = [&](auto gate) {
+      if (bounded) tiled(std::true_type{}, gate);
+      else tiled(std::false_type{}, gate);
+    };
+    if (gated) with_bound(std::true_type{});
+    else with_bound(std::false_type{});
+    gate_gradient();
     return;
   }
   if constexpr (!kFp32) {  // the whole-head kernel: 16-bit tiles only
     auto chunks = [&](auto dk, auto dv) {
       constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+      if (gated)  // compact only
+        return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true, true>,
+                              detail::ChunkGradientLayout<DK, DV, true, true>::bytes, chunk_heads,
+                              detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
       if (!compact)
         return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, false>,
                               detail::ChunkGradientLayout<DK, DV, false>::bytes, chunk_heads,
@@ -167,6 +215,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     };
     if (args.DK == 128) with_dv(std::integral_constant<int, 128>{});
     else with_dv(std::integral_constant<int, 64>{});
+    gate_gradient();
   }
 }
 

@@ -1,0 +1,209 @@
+// The gated levels in the tensor-core backward (tensor_core_backward.hpp;
+// README.md "Gated levels"; the portable form is kernels/fused_backward.hpp):
+//  - chunk_log_decay_kernel, before the others: b_t log2(e), b_t the
+//    inclusive cumulative sum of g over its chunk up to token t (g_gamma: the
+//    head's constant), so that every decay of the other kernels is exp2 of a
+//    difference of these sums (<= 0: no overflow, kernels/chunk_gate.hpp),
+//    and exp(b_t), the state gradient's weight of token t;
+//  - the chunk kernels' decay factors (ChunkDecays) and their shares of
+//    r_t = q_t . dq_t - k_t . dk_t per column block (add_row_dots, store_row_dots);
+//  - gate_gradient_kernel, after them: dg_t = carry + sum_{s >= t} r_s within
+//    the sequence, carry = <S_T, dht> (S_T from h[last] and the last chunk),
+//    or dg_after where the sequence goes on in a later window, or zero.
+// The sums run in a fixed order: chunk by chunk from the end, within a chunk
+// from its last token, so that a case cut into windows (at chunk boundaries)
+// gets the bits of the whole case.
+#pragma once
+
+#include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/mma_primitives.hpp"
+
+#include <cstddef>
+#include <cstdint>
+
+namespace linattn::cuda::detail {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kLogDecayThreads = 128;  // 4 warps: one (chunk, head) each
+
+// grid: chunks * H / 4 rounded up; warp w of block x takes (chunk, head) number 4x + w.
+__global__ void __launch_bounds__(kLogDecayThreads) chunk_log_decay_kernel(TensorCoreBackwardArgs a, int chunk_heads) {
+  const int lane = threadIdx.x & 31, item = blockIdx.x * (kLogDecayThreads / 32) + (threadIdx.x >> 5);
+  if (item >= chunk_heads) return;
+  const int H = a.H, head = item % H;
+  const BackwardChunk ch = a.chunks[item / H];
+  float x[2];
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int t = 2 * lane + e;
+    x[e] = t < ch.length ? (a.g ? a.g[(std::size_t(ch.token0) + t) * H + head] : a.g_gamma[head]) * kLog2e : 0.0f;
+  }
+  float incl = x[0] + x[1];  // the lane's pair, then an inclusive scan over the lanes
+  #pragma unroll
+  for (int step = 1; step < 32; step *= 2) {
+    const float y = __shfl_up_sync(0xffffffffu, incl, step);
+    if (lane >= step) incl += y;
+  }
+  float before = __shfl_up_sync(0xffffffffu, incl, 1);
+  if (lane == 0) before = 0.0f;
+  const float b0 = before + x[0], b1 = b0 + x[1];
+  const std::size_t at = std::size_t(ch.token0) * H + head;
+  if (2 * lane < ch.length) {
+    a.log2_decay[at + std::size_t(2 * lane) * H] = b0;
+    a.row_decay[at + std::size_t(2 * lane) * H] = exp2f(b0);
+  }
+  if (2 * lane + 1 < ch.length) {
+    a.log2_decay[at + std::size_t(2 * lane + 1) * H] = b1;
+    a.row_decay[at + std::size_t(2 * lane + 1) * H] = exp2f(b1);
+  }
+}
+
+// A chunk's b log2(e) in shared memory (64 floats; tokens past the chunk
+// repeat its last one, so that their factors are finite: their rows are zero).
+__device__ inline void load_chunk_decays(float* dst, const TensorCoreBackwardArgs& a, const BackwardChunk& ch,
+                                         int head) {
+  for (int t = threadIdx.x; t < kChunk; t += blockDim.x)
+    dst[t] = a.log2_decay[(std::size_t(ch.token0) + min(t, ch.length - 1)) * a.H + head];
+}
+
+// The factors of kernels/chunk_gate.hpp from the chunk's b log2(e) (ChunkDecays::b, in shared memory).
+struct ChunkDecays {
+  const float* b;
+  int last;  // the chunk's last token
+  __device__ float pair(int i, int j) const { return exp2f(b[i] - b[j]); }    // exp(b_i - b_j), j <= i
+  __device__ float row(int i) const { return exp2f(b[i]); }                   // exp(b_i)
+  __device__ float to_end(int j) const { return exp2f(b[last] - b[j]); }      // exp(b_L - b_j)
+  __device__ float whole() const { return exp2f(b[last]); }                   // exp(b_L)
+};
+
+// Two consecutive elements of a tile or a snapshot as floats.
+__device__ inline float2 load_pair(const float* p) { return *reinterpret_cast<const float2*>(p); }
+__device__ inline float2 load_pair(const __nv_bfloat16* p) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
+}
+__device__ inline float2 load_pair(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
+__device__ inline float load_one(float x) { return x; }
+__device__ inline float load_one(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ inline float load_one(__half x) { return __half2float(x); }
+
+// dot[half] += sum over the warp's 8 kN columns col0.. of x[row][col] acc[row][col]
+// for its rows g + 8 half (the accumulator layout of mma m16n8k16), x a tile
+// in shared memory [row][col] (the unscaled q or k), summed over the 4 lanes of a row.
+template <class E, int kN>
+__device__ inline void add_row_dots(float (&dot)[2], const float (&acc)[kN][4], const E* x, int stride, int row0,
+                                    int col0, float sign, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    float s = 0.0f;
+    #pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+      const float2 v = load_pair(x + (row0 + g + 8 * half) * stride + col0 + 8 * nt + 2 * t4);
+      s += v.x * acc[nt][2 * half] + v.y * acc[nt][2 * half + 1];
+    }
+    s += __shfl_xor_sync(0xffffffffu, s, 1);
+    s += __shfl_xor_sync(0xffffffffu, s, 2);
+    dot[half] += sign * s;
+  }
+}
+
+// acc's rows row0 + g, + 8 (keys j) times exp(b_L - b_j): the dh terms of dK and dV.
+template <int kN>
+__device__ inline void decay_key_rows(float (&acc)[kN][4], const ChunkDecays& d, int row0, int lane) {
+  const float w[2] = {d.to_end(row0 + (lane >> 2)), d.to_end(row0 + (lane >> 2) + 8)};
+  #pragma unroll
+  for (int nt = 0; nt < kN; ++nt)
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) acc[nt][e] *= w[e / 2];
+}
+
+// This column block's share of r for the warp's rows row0 + g, + 8 (< valid).
+__device__ inline void store_row_dots(const TensorCoreBackwardArgs& a, int part, const BackwardChunk& ch, int head,
+                                      int row0, const float (&dot)[2], int lane) {
+  if ((lane & 3) != 0) return;
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = row0 + (lane >> 2) + 8 * half;
+    if (r < ch.length)
+      a.dg_part[(std::size_t(part) * a.num_tokens + ch.token0 + r) * a.H + head] = dot[half];
+  }
+}
+
+constexpr int kGateGradientThreads = 256;
+
+// One block per (sequence, head): blockIdx.x = head + H * (its entry in a.seqs).
+template <class E, class SnapT>
+__global__ void __launch_bounds__(kGateGradientThreads) gate_gradient_kernel(TensorCoreBackwardArgs a) {
+  const int H = a.H, head = blockIdx.x % H, DK = a.DK, DV = a.DV;
+  const BackwardSequence sq = a.seqs[blockIdx.x / H];
+  if (sq.length == 0) return;
+  const int NT = (sq.length + kChunk - 1) / kChunk, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int first_after = a.num_seqs - a.after_rows;
+  __shared__ float partial[kGateGradientThreads / 32];
+  __shared__ float carry_s;
+  float carry = 0.0f;
+  if (sq.seq >= first_after) {
+    carry = a.dg_after[std::size_t(sq.seq - first_after) * H + head];
+  } else if (a.dht) {  // <S_T, dht>, S_T = exp(b_L) h[last] + sum_j exp(b_L - b_j) k_j v_j^T of the last chunk
+    const std::int64_t t_last = sq.token0 + std::int64_t(NT - 1) * kChunk;
+    const int L = sq.length - (NT - 1) * kChunk;
+    const float* b = a.log2_decay + std::size_t(t_last) * H + head;
+    const float bl = b[std::size_t(L - 1) * H];
+    const SnapT* hl = static_cast<const SnapT*>(a.h) + (std::size_t(sq.h_chunk0 + NT - 1) * H + head) * DK * DV;
+    const float* dht = a.dht + (std::size_t(sq.seq) * H + head) * DK * DV;
+    const E* k = static_cast<const E*>(a.k);
+    const E* v = static_cast<const E*>(a.v);
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < DK * DV; e += kGateGradientThreads) {
+      const int i = e / DV, j = e % DV;
+      float s = exp2f(bl) * load_one(hl[e]);
+      for (int t = 0; t < L; ++t) {
+        const std::size_t row = (std::size_t(t_last) + t) * H + head;
+        s += exp2f(bl - b[std::size_t(t) * H]) * load_one(k[row * DK + i]) * load_one(v[row * DV + j]);
+      }
+      sum += s * dht[e];
+    }
+    #pragma unroll
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) partial[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = 0.0f;
+      for (int w = 0; w < kGateGradientThreads / 32; ++w) total += partial[w];
+      carry_s = total;
+    }
+    __syncthreads();
+    carry = carry_s;
+  }
+  if (warp != 0) return;
+  // Chunk by chunk from the end: lane l holds tokens 2l, 2l + 1 of the chunk.
+  for (int c = NT - 1; c >= 0; --c) {
+    const std::int64_t t0 = sq.token0 + std::int64_t(c) * kChunk;
+    const int L = min(kChunk, sq.length - c * kChunk);
+    float r[2];
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int t = 2 * lane + e;
+      float x = 0.0f;
+      if (t < L)
+        for (int p = 0; p < a.dg_parts; ++p) x += a.dg_part[(std::size_t(p) * a.num_tokens + t0 + t) * H + head];
+      r[e] = x;
+    }
+    // Suffix sums within the chunk: the lane's pair, then an inclusive scan from the last lane down.
+    float incl = r[0] + r[1];
+    #pragma unroll
+    for (int step = 1; step < 32; step *= 2) {
+      const float y = __shfl_down_sync(0xffffffffu, incl, step);
+      if (lane + step < 32) incl += y;
+    }
+    float after = __shfl_down_sync(0xffffffffu, incl, 1);
+    if (lane == 31) after = 0.0f;
+    const float s1 = after + r[1], s0 = s1 + r[0];  // sum over the chunk's tokens from 2l + 1 on, from 2l on
+    float* dg = a.dg + std::size_t(t0) * H + head;
+    if (2 * lane < L) dg[std::size_t(2 * lane) * H] = carry + s0;
+    if (2 * lane + 1 < L) dg[std::size_t(2 * lane + 1) * H] = carry + s1;
+    carry += __shfl_sync(0xffffffffu, s0, 0);  // dg at the chunk's first token: the earlier chunk's carry
+  }
+}
+
+}  // namespace linattn::cuda::detail
