@@ -156,6 +156,22 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   return row;
 }
 
+// The gate of a gated bench, drawn on the host (fp32, as files hold it): g
+// uniform in [-1, 0), or RetNet's gammas; and its (b = 0, h = 0) row of `tokens`.
+Tensor bench_gate(const BenchConfig& bc) {
+  const Problem& p = bc.problem;
+  return bc.gate == GateKind::per_head
+             ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H))
+             : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0);
+}
+reference::Gate slice_gate_of(const BenchConfig& bc, const Tensor& gate, std::int64_t tokens) {
+  const std::vector<double> g = gate.to_double();
+  if (bc.gate == GateKind::per_head) return reference::Gate::per_head({g[0]});
+  std::vector<double> gs(static_cast<std::size_t>(tokens));
+  for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * bc.problem.H)];  // b = 0, h = 0
+  return reference::Gate::per_token(std::move(gs));
+}
+
 template <class In, class Out, class Snap>
 BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -184,22 +200,12 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     views.h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), hs[0], hs[1], hs[2],
                                 hs[3], hs[4]);
 
-  // The gate, drawn on the host (fp32, as files hold it): g uniform in [-1, 0), or RetNet's gammas.
-  reference::Gate slice_gate;
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
+  reference::Gate slice_gate;
   if (bc.gate != GateKind::none) {
-    const Tensor gate = bc.gate == GateKind::per_head
-                            ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H))
-                            : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0);
+    const Tensor gate = bench_gate(bc);
     upload_gate<Acc>(views, bc.gate, gate, accumulation_dtype(bc.dtype));
-    const std::vector<double> g = gate.to_double();
-    if (bc.gate == GateKind::per_head) {
-      slice_gate = reference::Gate::per_head({g[0]});
-    } else {
-      std::vector<double> gs(static_cast<std::size_t>(tokens));
-      for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * p.H)];  // b = 0, h = 0
-      slice_gate = reference::Gate::per_token(std::move(gs));
-    }
+    slice_gate = slice_gate_of(bc, gate, tokens);
   }
 
   // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that
@@ -283,6 +289,9 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   fw.h = h;
   ForwardConfig fc;
   fc.snapshots = bc.snapshots;
+  fc.gate = bc.gate;
+  const Tensor gate = bc.gate != GateKind::none ? bench_gate(bc) : Tensor();
+  if (bc.gate != GateKind::none) upload_gate<Acc>(fw, bc.gate, gate, accumulation_dtype(bc.dtype));
   run_variant(p, fc, fw);
 
   BackwardViews<In, Out, Snap, Acc> views;
@@ -295,9 +304,16 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
   views.dv = DeviceView4<Out>(Kokkos::view_alloc(std::string("dv"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
   views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
+  if (bc.gate != GateKind::none) {  // the forward's log-decays, and dg [B, T, H] out
+    views.g = fw.g;
+    views.g_gamma = fw.g_gamma;
+    views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
+    Kokkos::deep_copy(views.dg, quiet_nan<Acc>());
+  }
   BackwardConfig cfg;
   cfg.gemm = bc.gemm;
   cfg.output_fp32 = bc.output_fp32;
+  cfg.gate = bc.gate;
   const PathChoice choice = choose_backward_path_here(cfg, &p, bc.dtype);
   const SequenceMap seqs = make_sequence_map(p);
   Kokkos::deep_copy(views.dq, quiet_nan<Out>());
@@ -317,7 +333,10 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens),
                             dos = slice_to_host(d_o, tokens);
-  const reference::Gradients ref = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
+  const bool gated = bc.gate != GateKind::none;
+  const reference::GatedGradients ref =
+      gated ? reference::gated_backward(slice, {qs, ks, vs, nullptr}, slice_gate_of(bc, gate, tokens), {dos, nullptr})
+            : reference::GatedGradients{reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr}), {}, {}};
 
   VariantTiming row;
   row.backward = true;
@@ -328,10 +347,18 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const double tokens_all = double(p.B) * p.T * p.H;
   row.min_bytes = tokens_all * (2 * p.DK + 2 * p.DV) * in_bytes + double(hs[0]) * hs[1] * hs[2] * hs[3] * hs[4] * sizeof(Snap) +
                   tokens_all * (2 * p.DK + p.DV) * out_bytes + double(N) * p.H * p.DK * p.DV * sizeof(Acc);
+  // Gated: g read (per token) and dg written, in the accumulation type.
+  if (gated) row.min_bytes += tokens_all * sizeof(Acc) * (bc.gate == GateKind::per_token ? 2 : 1);
   set_times(row, ms, copy_gbps);
   row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
   row.dk_rel_l2 = relative_l2(slice_to_host(views.dk, tokens), ref.dk);
   row.dv_rel_l2 = relative_l2(slice_to_host(views.dv, tokens), ref.dv);
+  if (gated) {  // dg of the (b = 0, h = 0) row
+    const auto dg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.dg);
+    std::vector<double> dg_row(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) dg_row[t] = static_cast<double>(dg(0, t, 0));
+    row.dg_rel_l2 = relative_l2(dg_row, ref.dg);
+  }
   report.rows.push_back(row);
   return report;
 }
