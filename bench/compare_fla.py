@@ -21,6 +21,13 @@ with it; gamma: chunk_fwd_h + chunk_fwd_o with g_gamma), g uniform in [-1, 0) fo
 RetNet's log(1 - 2^(-5-h)) for both), beside `linattn bench --gate`; the second fla column is then
 chunk_simple_gla itself, and o's reference the gated fp64 form.
 
+With --backward --gate g|gamma the backward rows are gated: fla's chunk_simple_gla_bwd with the
+forward's chunk-local cumulative sums of g in log2 units (what its autograd function saves), then
+its reverse chunk-local cumsum of dg (what its backward returns as g's gradient); with gamma
+fla computes no gate gradient at all (its autograd returns None for g_gamma) while linattn still
+computes dg; beside `linattn bench --backward --gate`, with dg's relative L2 too (fla's against an
+fp64 autograd of the gated form on the (0, 0) row).
+
 With --seqlens N the rows are packed batches (shape 1,T,H,D; B = 1): the T tokens cut at
 N - 1 uniform random points (seeded), the same cuts for both (linattn gets them as
 --seqlens L1,L2,...), fla with cu_seqlens. With --normalize both normalize o (fla's
@@ -139,14 +146,34 @@ def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False, gate
             "h_dtype": str(h.dtype)}
 
 
-def time_fla_backward(shape, reps_ms, dtype):
+def gated_reference_grads(q, k, v, do, g, scale):
+    """dq, dk, dv, dg of one (sequence, head) row ([T, D] fp64 tensors on the GPU; g [T], raw
+    log-decays) by autograd of the gated form o = scale ((exp(B_i - B_j), j <= i) * (Q K^T)) V,
+    B the inclusive cumulative sum of g; the exponents are masked before exp (no overflow)."""
+    import torch
+    q, k, v, g = (x.detach().clone().requires_grad_(True) for x in (q, k, v, g))
+    b = torch.cumsum(g, 0)
+    T = q.shape[0]
+    lower = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
+    m = torch.exp(torch.where(lower, b[:, None] - b[None, :], torch.full_like(b[:, None] - b[None, :], -float("inf"))))
+    o = scale * ((m * (q @ k.T)) @ v)
+    (o * do).sum().backward()
+    return q.grad, k.grad, v.grad, g.grad
+
+
+def time_fla_backward(shape, reps_ms, dtype, gate=None):
     """fla's backward of chunk_linear_attn (chunk_simple_gla_bwd with no gate: it recomputes h,
     then dh, dq/dk, dv), inputs and do uniform in [-1, 1], scale DK^-0.5; with the relative L2
-    of dq, dk, dv on the (0, 0) slice against fp64."""
+    of dq, dk, dv on the (0, 0) slice against fp64. gate g|gamma: chunk_simple_gla_bwd gated as
+    its autograd calls it (g: the forward's chunk-local cumsum in log2 units, then dg's reverse
+    chunk-local cumsum), the reference the gated form (dg too, for g)."""
+    import math
     import numpy as np
     import torch
     import triton
     from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
+    from fla.ops.utils import chunk_local_cumsum
+    from fla.ops.utils.constant import RCP_LN2
 
     B, T, H, DK, DV = shape
     gen = torch.Generator(device="cuda").manual_seed(4321)
@@ -154,18 +181,41 @@ def time_fla_backward(shape, reps_ms, dtype):
     q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
     v, do = (torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
     scale = DK ** -0.5
+    g = gc = g_gamma = None
+    if gate == "g":
+        g = -torch.rand(B, T, H, device="cuda", generator=gen, dtype=torch.float32)
+        gc = chunk_local_cumsum(g, chunk_size=64, scale=RCP_LN2)  # what fla's forward saves for its backward
+    elif gate == "gamma":
+        g_gamma = torch.tensor([math.log1p(-2.0 ** (-5 - h)) for h in range(H)], device="cuda", dtype=torch.float32)
 
     def backward():
-        return chunk_simple_gla_bwd(q, k, v, None, None, None, do, None, scale, chunk_size=64)
+        if gate is None:
+            return chunk_simple_gla_bwd(q, k, v, None, None, None, do, None, scale, chunk_size=64)
+        dq, dk, dv, dg, dh0 = chunk_simple_gla_bwd(q, k, v, gc, None if g_gamma is None else g_gamma * RCP_LN2, None,
+                                                   do, None, scale, chunk_size=64)
+        if gc is not None:
+            dg = chunk_local_cumsum(dg, chunk_size=64, reverse=True)
+        return dq, dk, dv, dg, dh0
 
-    dq, dk, dv = backward()[:3]
+    grads = backward()
+    dq, dk, dv = grads[:3]
     torch.cuda.synchronize()
-    # The (b=0, h=0) slice by same_inputs_accuracy.py's fp64 chunked backward (no dht).
-    from same_inputs_accuracy import reference_grads
-    row = lambda x: x[:1, :, :1].double().cpu().numpy()
-    ref = [torch.from_numpy(r[0, :, 0]) for r in
-           reference_grads(row(q), row(k), row(v), row(do), np.zeros((1, 1, DK, DV)), scale)]
-    errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)}
+    if gate is None:
+        # The (b=0, h=0) slice by same_inputs_accuracy.py's fp64 chunked backward (no dht).
+        from same_inputs_accuracy import reference_grads
+        row = lambda x: x[:1, :, :1].double().cpu().numpy()
+        ref = [torch.from_numpy(r[0, :, 0]) for r in
+               reference_grads(row(q), row(k), row(v), row(do), np.zeros((1, 1, DK, DV)), scale)]
+        errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)}
+    elif T > 16384:  # the dense fp64 autograd holds several T x T matrices: not above 16384 tokens (nan)
+        errs = {f"fla_{n}_rel_l2": float("nan") for n in ("dq", "dk", "dv", "dg")[:4 if g is not None else 3]}
+    else:
+        g0 = g[0, :, 0].double() if g is not None else g_gamma[0].double().expand(T)
+        ref = [r.cpu() for r in gated_reference_grads(*(x[0, :, 0].double() for x in (q, k, v, do)), g0, scale)]
+        outs = [dq, dk, dv] + ([grads[3]] if g is not None else [])
+        errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv", "dg"), outs, ref)}
+        del ref
+        torch.cuda.empty_cache()
     ms = triton.testing.do_bench(backward, warmup=25, rep=reps_ms, return_mode="median")
     return {"fla_backward_ms": ms, **errs}
 
@@ -177,12 +227,14 @@ def compare_backward(args, shapes):
     for s in shapes:
         dims = [int(x) for x in s.split(",")]
         shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
-        fla_row = time_fla_backward(shape, args.fla_rep_ms, args.dtype)
+        fla_row = time_fla_backward(shape, args.fla_rep_ms, args.dtype, args.gate)
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
         cmd = [args.linattn, "bench", "--backward", "--shape", s, "--dtype", args.dtype, "--gemm", args.gemm,
                "--snapshots", "fp32" if args.dtype == "fp32" else "bf16", "--reps", str(args.reps), "--json", out]
+        if args.gate:
+            cmd += ["--gate", args.gate]
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)
         with open(out) as f:
@@ -190,23 +242,28 @@ def compare_backward(args, shapes):
         os.unlink(out)
         rows.append({"shape": shape, "fla": fla_row, "linattn": lin})
     print()
-    print(f"backward, inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
+    gated = f"gated by {args.gate} (fla: chunk_simple_gla_bwd" + (", no gate gradient" if args.gate == "gamma" else
+                                                              " + dg's reverse cumsum") + "); " if args.gate else ""
+    print(f"{gated}backward, inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {triton.__version__}  CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
     print(f"copy bandwidth (linattn, same run): {rows[0]['linattn']['rows'][0]['copy_gbps']:.0f} GB/s; floor = minimum "
           "bytes (q, k, v, do, h read once; dq, dk, dv, dh0 written once) / copy bandwidth")
     print(" | ".join(["shape B,T,H,DK,DV", "floor ms", "fla ms", "fla %floor", "linattn ms", "linattn/fla",
-                      "linattn %floor", "dq/dk/dv L2 linattn", "dq/dk/dv L2 fla"]))
+                      "linattn %floor", "dq/dk/dv L2 linattn", "dq/dk/dv L2 fla"] +
+                     (["dg L2 linattn", "dg L2 fla"] if args.gate else [])))
     for r in rows:
         x, f = r["linattn"]["rows"][0], r["fla"]
         print(" | ".join([",".join(map(str, r["shape"])), f"{x['floor_ms']:.3f}", f"{f['fla_backward_ms']:.3f}",
                           f"{100 * x['floor_ms'] / f['fla_backward_ms']:.1f}", f"{x['median_ms']:.3f} ({x['gemm']})",
                           f"{x['median_ms'] / f['fla_backward_ms']:.2f}", f"{100 * x['copy_fraction']:.1f}",
                           f"{x['o_rel_l2']:.2e}/{x['dk_rel_l2']:.2e}/{x['dv_rel_l2']:.2e}",
-                          f"{f['fla_dq_rel_l2']:.2e}/{f['fla_dk_rel_l2']:.2e}/{f['fla_dv_rel_l2']:.2e}"]))
+                          f"{f['fla_dq_rel_l2']:.2e}/{f['fla_dk_rel_l2']:.2e}/{f['fla_dv_rel_l2']:.2e}"] +
+                         ([f"{x['dg_rel_l2']:.2e}", f"{f['fla_dg_rel_l2']:.2e}" if "fla_dg_rel_l2" in f else "-"]
+                          if args.gate else [])))
     if args.json:
         with open(args.json, "w") as fh:
-            json.dump({"backward": True, "dtype": args.dtype, "gpu": torch.cuda.get_device_name(), "rows": rows}, fh,
+            json.dump({"backward": True, "dtype": args.dtype, "gate": args.gate, "gpu": torch.cuda.get_device_name(), "rows": rows}, fh,
                       indent=2)
 
 
@@ -226,7 +283,8 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="seed of the cut points")
     ap.add_argument("--normalize", action="store_true", help="normalized rows (fla: chunk_linear_attn(normalize=True))")
     ap.add_argument("--backward", action="store_true", help="the backward (fla: chunk_simple_gla_bwd with no gate)")
-    ap.add_argument("--gate", choices=["g", "gamma"], help="gated forward rows (fla: chunk_simple_gla's forward)")
+    ap.add_argument("--gate", choices=["g", "gamma"],
+                    help="gated rows (fla: chunk_simple_gla's forward, or with --backward chunk_simple_gla_bwd)")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))

@@ -41,6 +41,12 @@ for step in $steps; do
           --shape 8,4096,16,128 --shape 8,16384,16,128 --shape 1,32768,32,128 --shape 8,16384,16,64 --shape 32,2048,16,128 \
           --shape 2,8192,8,256,512 --json "$LOGS/compare-fla-gated-$gate.json" 2>&1 | tee "$LOGS/compare-fla-gated-$gate.txt"
       done ;;
+    compare-gated-backward)  # the gated backward (g, then g_gamma) beside fla's chunk_simple_gla_bwd: the five benchmark shapes and RetNet's / GLA's head sizes
+      for gate in g gamma; do
+        python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward --gate $gate \
+          --shape 8,4096,16,128 --shape 8,16384,16,128 --shape 1,32768,32,128 --shape 8,16384,16,64 --shape 32,2048,16,128 \
+          --shape 2,8192,8,256,512 --json "$LOGS/compare-fla-gated-backward-$gate.json" 2>&1 | tee "$LOGS/compare-fla-gated-backward-$gate.txt"
+      done ;;
     compare-fp32)  # fp32 inputs on tensor cores (issue 25's fp32 shape and the head sizes up to DK 128) beside fla's fp32 forward (TF32 dots), h in fp32 for both
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp32 \
         --shape 8,4096,16,128 --shape 8,8192,16,64 --shape 8,8192,16,96 --shape 8,8192,16,60 --shape 8,8192,16,32 \
