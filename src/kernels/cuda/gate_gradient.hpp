@@ -27,7 +27,7 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kLogDecayThreads = 128;  // 4 warps: one (chunk, head) each
 
 // grid: chunks * H / 4 rounded up; warp w of block x takes (chunk, head) number 4x + w.
-__global__ void __launch_bounds__(kLogDecayThreads) chunk_log_decay_kernel(TensorCoreBackwardArgs a, int chunk_heads) {
+static __global__ void __launch_bounds__(kLogDecayThreads) chunk_log_decay_kernel(TensorCoreBackwardArgs a, int chunk_heads) {
   const int lane = threadIdx.x & 31, item = blockIdx.x * (kLogDecayThreads / 32) + (threadIdx.x >> 5);
   if (item >= chunk_heads) return;
   const int H = a.H, head = item % H;
