@@ -122,10 +122,12 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   const StatePassKind kind = state_pass_kind(p, cfg, bc.dtype);
   if (kind == StatePassKind::forward)
     throw std::invalid_argument(std::string("--state-pass: no state kernel on this path (the state pass is the forward ") +
-                                "itself: normalize off the tensor cores, or the register-blocked kernels)");
+                                "itself: normalize off the tensor cores, the register-blocked kernels, or a gate on tensor cores)");
   StatePassViews<In, Acc> views;
   views.k = forward.k;
   views.v = forward.v;
+  views.g = forward.g;  // the forward's gate, if any: the gated state pass
+  views.g_gamma = forward.g_gamma;
   views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("state_pass_final"), Kokkos::WithoutInitializing),
                                        p.num_sequences(), p.H, p.DK, p.DV);
   DeviceView3<Acc> z0, z_state;
@@ -147,7 +149,7 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   row.gemm = kind == StatePassKind::tensor_core ? GemmPath::tensor_core : choose_path_here<In>(p, cfg).path;
   row.flops = 2.0 * double(p.B) * p.T * p.H * p.DK * p.DV;  // K^T V per token
   const ByteCounts bytes = count_bytes(p, bc.dtype, bc.dtype, nullptr, false);  // what it reads and writes of these
-  row.min_bytes = bytes.k + bytes.v + bytes.final_state;
+  row.min_bytes = bytes.k + bytes.v + bytes.final_state;  // as the forward rows: the gate's bytes aside
   set_times(row, ms, copy_gbps);
   const auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.final_state);
   const auto theirs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), forward.final_state);

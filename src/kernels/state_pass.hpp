@@ -1,6 +1,6 @@
 // The state pass (docs/PARALLEL.md "Context parallel"): the state a forward
 // over the tokens of p ends in, initial_state + sum K^T V (with normalize also
-// z0 + sum k), without q, o or h. Context parallel runs it on the tokens of the
+// z0 + sum k; gated, the decayed sum of README.md "Gated levels"), without q, o or h. Context parallel runs it on the tokens of the
 // segment before a rank's own, to start that rank's forward without waiting for
 // the forward of the segment before it.
 #pragma once
@@ -19,6 +19,10 @@ enum class StatePassKind {
 };
 const char* state_pass_kind_name(StatePassKind k);
 StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DType input);
+// The same rule for a forward that takes tile-product path `path` (choose_forward_path's answer on some
+// build): a gate never gets the tensor-core kind, whose segment sums carry no decay; a gated forward on
+// tensor cores runs whole sequences (path_choice.cpp), so the forward itself is its final state, bitwise.
+StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config);
 
 // The state pass's kernel time as a fraction of a forward's on the same
 // tokens with `config` (BENCHMARKS.md "Several ranks"): on tensor cores both
@@ -35,9 +39,11 @@ struct StatePassOutput {
   StatePassKind kind = StatePassKind::forward;
 };
 
-// k [B, T, H, DK], v [B, T, H, DV]; initial_state and initial_z as run_forward
-// takes them. Checks what run_forward checks (config's path must run here).
+// k [B, T, H, DK], v [B, T, H, DV]; initial_state, initial_z and the gate
+// (config.gate's log-decays of these tokens: g [B, T, H] or g_gamma [H]) as
+// run_forward takes them. Checks what run_forward checks (config's path must run here).
 StatePassOutput run_state_pass(const Problem& p, const ForwardConfig& config, const Tensor& k, const Tensor& v,
-                               const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr);
+                               const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr,
+                               const Tensor* gate = nullptr);
 
 }  // namespace linattn
