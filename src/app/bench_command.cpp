@@ -100,8 +100,10 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_flag("--normalize", o->normalize,
                 "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
   cmd->add_option("--gate", o->gate,
-                  "Time the gated forward (README.md, \"Gated levels\"): 'g' draws g [B, T, H] uniform in [-1, 0), "
-                  "'gamma' takes RetNet's g_gamma [H] = log(1 - 2^(-5-h)); o is checked against the gated fp64 reference")
+                  "Time the gated forward (README.md, \"Gated levels\"; with --state-pass its state pass, with "
+                  "--backward the gated backward): 'g' draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's "
+                  "g_gamma [H] = log(1 - 2^(-5-h)); o (the backward: dq, dk, dv and dg) is checked against the gated "
+                  "fp64 reference")
       ->check(CLI::IsMember({"g", "gamma"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
@@ -138,6 +140,7 @@ Command add_bench_command(CLI::App& parent) {
                                                 "floor ms", "GB/s", "% copy BW", "TFLOP/s"};
             if (o->backward) {
               headers.insert(headers.end(), {"dq rel L2", "dk rel L2", "dv rel L2"});
+              if (!o->gate.empty()) headers.push_back("dg rel L2");
             } else {
               headers.push_back("o rel L2");
               if (o->state_pass) headers.push_back("final_state rel L2");
@@ -157,8 +160,6 @@ Command add_bench_command(CLI::App& parent) {
               bc.normalize = o->normalize;
               bc.backward = o->backward;
               bc.gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
-              if (bc.gate != GateKind::none && o->backward)
-                throw std::invalid_argument("--gate times the forward variants and the state pass only (the gated backward is not benchmarked yet)");
               bc.state_pass = o->state_pass;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();
@@ -192,6 +193,7 @@ Command add_bench_command(CLI::App& parent) {
                     fixed(t.tflops, 2)};
                 if (t.backward) {
                   row.insert(row.end(), {scientific(t.o_rel_l2, 2), scientific(t.dk_rel_l2, 2), scientific(t.dv_rel_l2, 2)});
+                  if (!o->gate.empty()) row.push_back(scientific(t.dg_rel_l2, 2));
                 } else {
                   row.push_back(t.state_pass ? "-" : scientific(t.o_rel_l2, 2));
                   if (o->state_pass) row.push_back(t.state_pass ? scientific(t.o_rel_l2, 2) : "-");
@@ -224,6 +226,7 @@ Command add_bench_command(CLI::App& parent) {
                                        {"o_rel_l2", t.o_rel_l2},
                                        {"dk_rel_l2", t.dk_rel_l2},
                                        {"dv_rel_l2", t.dv_rel_l2},
+                                       {"dg_rel_l2", t.dg_rel_l2},
                                        {"reps", o->reps}});
               }
             }
