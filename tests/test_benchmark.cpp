@@ -149,6 +149,29 @@ TEST(Benchmark, GatedBackwardRowIsCheckedAgainstTheGatedReference) {
     }
 }
 
+// `bench --gate --state-pass` on the TeamPolicy tiles: the gated state pass
+// row's final state is the gated fused forward's, bit for bit (its column 0).
+TEST(Benchmark, GatedStatePassRowIsTheForwardsFinalState) {
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token}) {
+    SCOPED_TRACE(gate_dataset_name(gate));
+    BenchConfig bc;
+    bc.problem.B = 2; bc.problem.T = 300; bc.problem.H = 3; bc.problem.DK = 16; bc.problem.DV = 24; bc.problem.chunk = 32;
+    bc.dtype = DType::f32;
+    bc.gemm = GemmPath::kokkos_kernels;  // the fused tiles' state pass on every backend
+    bc.snapshots = SnapshotMode::accumulation;
+    bc.variants = {Variant::fused};
+    bc.state_pass = true;
+    bc.gate = gate;
+    bc.reps = 2;
+    bc.warmup = 1;
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 2u);
+    EXPECT_TRUE(r.rows[1].state_pass);
+    EXPECT_EQ(r.rows[1].o_rel_l2, 0.0);
+    EXPECT_LE(r.rows[0].o_rel_l2, stored_level(DType::f32, DType::f32));
+  }
+}
+
 // An explicit path that cannot run for one of the variants is refused before
 // any is timed, with the message `run` gives (it once ran materialized on the
 // portable kernels under --gemm tensorcore).
