@@ -213,6 +213,8 @@ check(rank_chunks(results[("cpnorm", 2)], "cp_norm.h5:case0") == [8, 8],
 # One rank, started by hand (MPI never started): an ordinary file, the same bits as run.
 run(["run", "--context-parallel", *sets["cp"], "-o", out("cp_alone"), "--no-fsync"])
 compare_folders(out("cp1"), out("cp_alone"), "context parallel without mpirun")
+run(["run", "--context-parallel", *sets["cpgate"], "-o", out("cpgate_alone"), "--no-fsync"])
+compare_folders(out("cpgate1"), out("cpgate_alone"), "context parallel, gated, without mpirun")
 compare_folders(out("cp1"), out("cp2"), "context parallel on 2 ranks")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
 compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 ranks")

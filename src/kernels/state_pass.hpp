@@ -1,8 +1,9 @@
 // The state pass (docs/PARALLEL.md "Context parallel"): the state a forward
 // over the tokens of p ends in, initial_state + sum K^T V (with normalize also
-// z0 + sum k; gated, the decayed sum of README.md "Gated levels"), without q, o or h. Context parallel runs it on the tokens of the
-// segment before a rank's own, to start that rank's forward without waiting for
-// the forward of the segment before it.
+// z0 + sum k; gated, the decayed sum of README.md "Gated levels"), without q,
+// o or h. Context parallel runs it on the tokens of the segment before a
+// rank's own, to start that rank's forward without waiting for the forward of
+// the segment before it.
 #pragma once
 
 #include "core/problem.hpp"
@@ -13,7 +14,7 @@ namespace linattn {
 
 // Which kernel computes it, on this build, for a forward run with `config`:
 enum class StatePassKind {
-  tensor_core,  // segment sums on tensor cores (plain batches): the forward's arithmetic when it splits a sequence
+  tensor_core,  // segment sums on tensor cores (plain batches, level 1): the forward's arithmetic when it splits a sequence
   fused_tiles,  // the fused TeamPolicy kernel's state update alone: its final state, bitwise (no normalize)
   forward,      // no state kernel for this path: the forward itself, q = k, snapshots off (bitwise, full cost)
 };
