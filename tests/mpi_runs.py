@@ -13,7 +13,10 @@
    is one carry (the segment before it started its sequence) is still bitwise,
    and one whose start adds two carries matches to the fp32 accumulation
    order; a case of one chunk (empty segments on the other ranks) is bitwise;
-   `linattn verify` accepts every output. A case failing on one rank fails on all.
+   gated cases (g per token, RetNet's g_gamma; plain and packed) alike: bitwise
+   on 2 ranks, and on 3 bitwise before the segment whose start adds two decayed
+   carries, to the fp32 order after it; `linattn verify` accepts every output.
+   A case failing on one rank fails on all.
 
 Usage: mpi_runs.py LINATTN_EXE MPIEXEC WORKDIR. Exit 77 (skipped) when h5py or
 numpy cannot be imported.
@@ -160,9 +163,17 @@ norm_packed = generate("cp_norm_packed.h5", "--shape", "1,1,2,16,16", "--seqlens
                        "fp32", "--positive", "--initial-state", "--initial-z", "--seed", "25")
 # One chunk: every rank but the last has an empty segment and writes empty selections.
 tiny = generate("cp_tiny.h5", "--shape", "2,50,2,16,16", "--dtype", "bf16", "--initial-state", "--seed", "26")
-sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed]}
-flags = {"cp": [], "cpnorm": ["--normalize"]}
-cases = {"cp": 5, "cpnorm": 2}
+# Gated (README.md "Gated levels"): weak enough (g in [-0.01, 0)) that a carry decays to a fraction
+# of itself over a segment (not to zero), so a carry decayed wrongly, or not at all, shows.
+gated = generate("cp_gated.h5", "--shape", "2,1000,2,16,24", "--dtype", "fp32", "--initial-state", "--gate", "g",
+                 "--gate-strength", "0.01", "--seed", "27")
+gated_gamma = generate("cp_gated_gamma.h5", "--shape", "1,777,2,32,16", "--dtype", "bf16", "--initial-state", "--gate",
+                       "gamma", "--seed", "28")
+gated_packed = generate("cp_gated_packed.h5", "--shape", "1,1,2,16,16", "--seqlens", "10,1000,20", "--dtype", "fp32",
+                        "--gate", "g", "--gate-strength", "0.01", "--seed", "29")
+sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed], "cpgate": [gated, gated_gamma, gated_packed]}
+flags = {"cp": [], "cpnorm": ["--normalize"], "cpgate": []}
+cases = {"cp": 5, "cpnorm": 2, "cpgate": 3}
 
 
 def rank_chunks(stdout, case):
@@ -176,7 +187,8 @@ def rank_chunks(stdout, case):
 # cuts the bitwise checks below name. Normalized runs have no state kernel (the pass is the
 # forward itself): the split is even.
 runs = {("cp", 2): [], ("cp", 3): ["--carry-cost", "0"], ("cp", "3b"): [],
-        ("cpnorm", 2): [], ("cpnorm", 3): ["--carry-cost", "0"]}
+        ("cpnorm", 2): [], ("cpnorm", 3): ["--carry-cost", "0"],
+        ("cpgate", 2): [], ("cpgate", 3): ["--carry-cost", "0"]}
 results = {}
 for name, inputs in sets.items():
     run(["run", *inputs, "-o", out(f"{name}1"), "--no-fsync", *flags[name]])
@@ -201,8 +213,19 @@ check(rank_chunks(results[("cpnorm", 2)], "cp_norm.h5:case0") == [8, 8],
 # One rank, started by hand (MPI never started): an ordinary file, the same bits as run.
 run(["run", "--context-parallel", *sets["cp"], "-o", out("cp_alone"), "--no-fsync"])
 compare_folders(out("cp1"), out("cp_alone"), "context parallel without mpirun")
+run(["run", "--context-parallel", *sets["cpgate"], "-o", out("cpgate_alone"), "--no-fsync"])
+compare_folders(out("cpgate1"), out("cpgate_alone"), "context parallel, gated, without mpirun")
 compare_folders(out("cp1"), out("cp2"), "context parallel on 2 ranks")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
+compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 ranks")
+chunks = rank_chunks(results[("cpgate", 2)], "cp_gated.h5:case0")
+check(len(chunks) == 2 and sum(chunks) == 16 and chunks[0] > chunks[1],
+      f"gated, 2 ranks, default split: the gated state pass is the fused tiles' (rank 0 takes more: {chunks})")
+for name, gate in (("cp_gated", "g"), ("cp_gated_gamma", "g_gamma"), ("cp_gated_packed", "g")):
+    with h5py.File(out(f"cpgate2/{name}.case0.h5"), "r") as f:
+        attr = f.attrs.get("gate")
+        attr = attr.decode() if isinstance(attr, bytes) else attr
+        check(attr == gate, f"gated, 2 ranks: {name}'s output records gate {gate} ({attr!r})")
 
 # 3 ranks. Where bitwise: every segment whose start is one carry. In cp_packed
 # (24 chunks, cuts at chunks 8 and 16) the second cut falls in the sequence of
@@ -252,6 +275,16 @@ split_check(out("cpnorm1/cp_norm.case0.h5"), out("cpnorm3/cp_norm.case0.h5"), 64
 a, _, _ = read(out("cpnorm1/cp_norm_packed.case0.h5"))
 b, _, _ = read(out("cpnorm3/cp_norm_packed.case0.h5"))
 check(all(same_bits(a[d], b[d]) for d in a), "3 ranks, normalized packed, one carry per start: bitwise")
+# Gated on 3 ranks: the same cuts as their level-1 twins above. Segment 2 starts from segment 1's carry plus
+# segment 0's decayed by segment 1's tokens (parallel/gated_carry.hpp).
+_, b = split_check(out("cpgate1/cp_gated.case0.h5"), out("cpgate3/cp_gated.case0.h5"), 640, 10, slice(0, 0),
+                   "3 ranks, gated g")
+a, _, _ = read(out("cpgate1/cp_gated.case0.h5"))
+check(not same_bits(a["h"][:, 10:], b["h"][:, 10:]), "3 ranks, gated g: past two carries the bits differ (fp32 order)")
+split_check(out("cpgate1/cp_gated_gamma.case0.h5"), out("cpgate3/cp_gated_gamma.case0.h5"), 512, 8, slice(0, 0),
+            "3 ranks, gated g_gamma bf16", o_level=UNIT_ROUNDOFF["bfloat16"])
+split_check(out("cpgate1/cp_gated_packed.case0.h5"), out("cpgate3/cp_gated_packed.case0.h5"), 10 + 11 * 64, 12,
+            slice(0, 1), "3 ranks, gated packed long sequence")
 
 # A case that fails on one rank only (the NaN lies in rank 0's segment of bad_case1.h5's
 # case1) fails on every rank, leaves no file, and the next case still runs.

@@ -118,15 +118,16 @@ TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
   EXPECT_THROW(run_benchmark(bc), std::invalid_argument);
 }
 
-// `bench --backward --gate`: the gated backward's row, dq, dk, dv and dg of the
-// (b = 0, h = 0) row against the gated fp64 reference (level 1's gradients,
-// or a dg left as the NaN poison, would be far off), plain and packed.
+// `bench --gate --backward`: the gated forward stores h, the gated backward is
+// timed; dq, dk, dv and dg of the (b = 0, h = 0) row against the gated fp64
+// reference (level 1's gradients would be far off at these decays; an
+// unwritten dg would show the NaN poison), plain and packed, g and g_gamma.
 TEST(Benchmark, GatedBackwardRowIsCheckedAgainstTheGatedReference) {
   for (GateKind gate : {GateKind::per_head, GateKind::per_token})
     for (bool packed : {false, true}) {
       SCOPED_TRACE(std::string(gate_dataset_name(gate)) + (packed ? " packed" : ""));
       BenchConfig bc;
-      bc.problem.B = packed ? 1 : 2; bc.problem.T = 300; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 48;
+      bc.problem.B = packed ? 1 : 2; bc.problem.T = 300; bc.problem.H = 3; bc.problem.DK = 16; bc.problem.DV = 24;
       bc.problem.chunk = 32;
       if (packed) bc.problem.cu_seqlens = {0, 1, 64, 130, 300};
       bc.dtype = DType::f32;
@@ -138,12 +139,37 @@ TEST(Benchmark, GatedBackwardRowIsCheckedAgainstTheGatedReference) {
       const BenchReport r = run_benchmark(bc);
       ASSERT_EQ(r.rows.size(), 1u);
       const VariantTiming& row = r.rows[0];
+      EXPECT_TRUE(row.backward);
       EXPECT_GT(row.median_ms, 0.0);
-      EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32));
-      EXPECT_LE(row.dk_rel_l2, stored_level(DType::f32, DType::f32));
-      EXPECT_LE(row.dv_rel_l2, stored_level(DType::f32, DType::f32));
-      EXPECT_LE(row.dg_rel_l2, gate_gradient_level(DType::f32, false));
+      EXPECT_LE(row.o_rel_l2, stored_level(DType::f32, DType::f32)) << "dq";
+      EXPECT_LE(row.dk_rel_l2, stored_level(DType::f32, DType::f32)) << "dk";
+      EXPECT_LE(row.dv_rel_l2, stored_level(DType::f32, DType::f32)) << "dv";
+      EXPECT_LE(row.dg_rel_l2, gate_gradient_level(DType::f32, false)) << "dg";
+      EXPECT_GT(row.dg_rel_l2, 0.0) << "dg compared at all";
     }
+}
+
+// `bench --gate --state-pass` on the TeamPolicy tiles: the gated state pass
+// row's final state is the gated fused forward's, bit for bit (its column 0).
+TEST(Benchmark, GatedStatePassRowIsTheForwardsFinalState) {
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token}) {
+    SCOPED_TRACE(gate_dataset_name(gate));
+    BenchConfig bc;
+    bc.problem.B = 2; bc.problem.T = 300; bc.problem.H = 3; bc.problem.DK = 16; bc.problem.DV = 24; bc.problem.chunk = 32;
+    bc.dtype = DType::f32;
+    bc.gemm = GemmPath::kokkos_kernels;  // the fused tiles' state pass on every backend
+    bc.snapshots = SnapshotMode::accumulation;
+    bc.variants = {Variant::fused};
+    bc.state_pass = true;
+    bc.gate = gate;
+    bc.reps = 2;
+    bc.warmup = 1;
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 2u);
+    EXPECT_TRUE(r.rows[1].state_pass);
+    EXPECT_EQ(r.rows[1].o_rel_l2, 0.0);
+    EXPECT_LE(r.rows[0].o_rel_l2, stored_level(DType::f32, DType::f32));
+  }
 }
 
 // An explicit path that cannot run for one of the variants is refused before

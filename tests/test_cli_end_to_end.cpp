@@ -395,7 +395,7 @@ TEST_F(CliEndToEnd, BareLinattnPrintsTheUsageAndExits2) {
 }
 
 // bench names its accuracy columns for what they hold (the backward's dq, dk,
-// dv; the state pass's final state), and run and bench take one set of
+// dv, and dg when gated; the state pass's final state), and run and bench take one set of
 // --snapshots values, each help saying why its default is what it is.
 TEST_F(CliEndToEnd, BenchNamesItsAccuracyColumnsAndSnapshotsAgreeWithRun) {
   const Exit backward = linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --backward --reps 1 --warmup 0");
@@ -403,6 +403,9 @@ TEST_F(CliEndToEnd, BenchNamesItsAccuracyColumnsAndSnapshotsAgreeWithRun) {
   EXPECT_TRUE(contains(backward.output, "dq rel L2  dk rel L2  dv rel L2")) << backward.output;
   EXPECT_FALSE(contains(backward.output, "o rel L2")) << backward.output;
   EXPECT_TRUE(contains(backward.output, "scale 0.25")) << backward.output;
+  const Exit gated = linattn_cli(dir, "bench --shape 1,128,1,16 --dtype fp32 --backward --gate g --reps 1 --warmup 0");
+  ASSERT_EQ(gated.code, 0) << gated.output;
+  EXPECT_TRUE(contains(gated.output, "dv rel L2  dg rel L2")) << gated.output;
   const Exit forward =
       // bf16: a state kernel on every build (host tiles; on CUDA the tensor cores, fp32 having none there)
       linattn_cli(dir, "bench --shape 1,128,1,16 --dtype bf16 --variants fused --state-pass --reps 1 --warmup 0");

@@ -2,11 +2,16 @@
 // segment before a rank's own: its final state (and key sum) is the forward's,
 // bitwise where it runs the fused kernel's own state update or the forward
 // itself, and within the fp32 level of the fp64 reference on tensor cores.
+// Gated (levels 2 and 3: RetNet's gammas, strong, weak and moderate g), the
+// same: bitwise the gated forward's final state, and within the level of the
+// fp64 gated reference; a gate never gets the tensor-core kind.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "forward_check.hpp"
+#include "gate_cases.hpp"
 #include "kernels/state_pass.hpp"
+#include "reference/gated.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
@@ -24,10 +29,24 @@ Problem problem(std::int64_t B, std::int64_t T, std::int64_t H, std::int64_t DK,
 
 bool same_bits(const Tensor& a, const Tensor& b) { return a.shape == b.shape && a.dtype == b.dtype && a.bytes == b.bytes; }
 
-StatePassOutput state_of(const Problem& p, ForwardConfig cfg, const ProblemInputs& in) {
+StatePassOutput state_of(const Problem& p, ForwardConfig cfg, const ProblemInputs& in, const Tensor* gate = nullptr) {
   cfg.poison_outputs = true;
   return run_state_pass(p, cfg, in.k, in.v, in.initial_state.empty() ? nullptr : &in.initial_state,
-                        in.initial_z.empty() ? nullptr : &in.initial_z);
+                        in.initial_z.empty() ? nullptr : &in.initial_z, gate);
+}
+
+ForwardOutput gated_forward_of(const Problem& p, ForwardConfig cfg, const ProblemInputs& in, const Tensor& gate) {
+  cfg.poison_outputs = true;
+  return run_forward(p, cfg, in.q, in.k, in.v, in.initial_state.empty() ? nullptr : &in.initial_state, nullptr, &gate);
+}
+
+// The gate as the HDF5 contract holds it (fp32), and the reference's gate read from those values.
+Tensor gate_tensor(const Problem& p, const testing::GateCase& g) {
+  return Tensor::from_double(DType::f32, gate_shape(p, g.kind), g.values);
+}
+reference::Gate reference_gate(GateKind kind, const Tensor& gate) {
+  return kind == GateKind::per_head ? reference::Gate::per_head(gate.to_double())
+                                    : reference::Gate::per_token(gate.to_double());
 }
 
 bool host_backend() { return std::is_same<Kokkos::DefaultExecutionSpace, Kokkos::DefaultHostExecutionSpace>::value; }
@@ -57,6 +76,84 @@ TEST(StatePass, FusedTilesGiveTheForwardsFinalStateBitwise) {
           const reference::Result ref = reference::forward(p, values.inputs(), false);
           EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(dtype, s.final_state.dtype));
         }
+}
+
+// Gated: the fused tiles' state update with each chunk's decays (chunk_gate.hpp) is
+// the gated fused forward's final state, bit for bit, on every gate of
+// gate_cases.hpp, plain and packed, with and without initial states; and it
+// is the fp64 gated reference's, so a gate the pass ignored would fail here.
+TEST(StatePass, GatedFusedTilesGiveTheGatedForwardsFinalStateBitwise) {
+  Problem packed = problem(1, 150, 2, 16, 24);
+  packed.cu_seqlens = {0, 37, 40, 101, 150};  // ragged chunks, a sequence of 3 tokens
+  const Problem problems[] = {problem(2, 75, 3, 16, 20), packed};
+  std::vector<GemmPath> paths = {GemmPath::kokkos_kernels};
+  if (host_backend()) paths.push_back(GemmPath::host_tile);
+  std::uint64_t seed = 7500;
+  for (const Problem& p : problems)
+    for (const testing::GateCase& g : testing::gate_cases(p, derive_seed(seed, p.varlen())))
+      for (GemmPath path : paths)
+        for (DType dtype : {DType::f32, DType::bf16, DType::f64})
+          for (bool with_state : {false, true}) {
+            SCOPED_TRACE(g.name + " " + gemm_path_name(path) + " " + dtype_name(dtype) + (p.varlen() ? " packed" : "") +
+                         (with_state ? " with initial state" : ""));
+            ForwardConfig cfg;
+            cfg.gemm = path;
+            cfg.gate = g.kind;
+            const ProblemInputs in = random_inputs(p, dtype, ++seed, with_state);
+            const Tensor gate = gate_tensor(p, g);
+            const StatePassOutput s = state_of(p, cfg, in, &gate);
+            EXPECT_EQ(s.kind, StatePassKind::fused_tiles);
+            const ForwardOutput f = gated_forward_of(p, cfg, in, gate);
+            EXPECT_TRUE(same_bits(s.final_state, f.final_state));
+            const InputValues values(in);
+            const reference::Result ref = reference::gated_chunked(p, values.inputs(), reference_gate(g.kind, gate));
+            EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(dtype, s.final_state.dtype));
+          }
+}
+
+// The forward kind with a gate: the gated forward itself (materialized here), its final state bitwise.
+TEST(StatePass, GatedOtherPathsRunTheGatedForward) {
+  const Problem p = problem(2, 70, 2, 16, 16);
+  std::uint64_t seed = 7600;
+  for (const testing::GateCase& g : testing::gate_cases(p, 7650)) {
+    SCOPED_TRACE(g.name);
+    ForwardConfig cfg;
+    cfg.variant = Variant::materialized;
+    cfg.gate = g.kind;
+    const ProblemInputs in = random_inputs(p, DType::f32, ++seed, true);
+    const Tensor gate = gate_tensor(p, g);
+    const StatePassOutput s = state_of(p, cfg, in, &gate);
+    EXPECT_EQ(s.kind, StatePassKind::forward);
+    EXPECT_TRUE(same_bits(s.final_state, gated_forward_of(p, cfg, in, gate).final_state));
+    const InputValues values(in);
+    const reference::Result ref = reference::gated_chunked(p, values.inputs(), reference_gate(g.kind, gate));
+    EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(DType::f32, DType::f32));
+  }
+}
+
+// The tensor-core kind's segment sums carry no decay: whatever build runs the
+// test, a forward that would take tensor cores with a gate gets the forward
+// kind (whole sequences there), and level 1 keeps the tensor-core kind.
+TEST(StatePass, AGateNeverGetsTheTensorCoreKind) {
+  const Problem plain = problem(2, 640, 2, 64, 64);
+  Problem packed = plain;
+  packed.B = 1;
+  packed.cu_seqlens = {0, 300, 640};
+  ForwardConfig level1;
+  EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, level1), StatePassKind::tensor_core);
+  EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, packed, level1), StatePassKind::forward);
+  for (GateKind kind : {GateKind::per_head, GateKind::per_token}) {
+    SCOPED_TRACE(gate_dataset_name(kind));
+    ForwardConfig gated;
+    gated.gate = kind;
+    EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, gated), StatePassKind::forward);
+    EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, packed, gated), StatePassKind::forward);
+    EXPECT_EQ(state_pass_kind_on(GemmPath::host_tile, plain, gated), StatePassKind::fused_tiles);
+    EXPECT_EQ(state_pass_kind_on(GemmPath::kokkos_kernels, packed, gated), StatePassKind::fused_tiles);
+    EXPECT_EQ(state_pass_kind_on(GemmPath::registers, plain, gated), StatePassKind::forward);
+    // On this build's own choice, too.
+    EXPECT_NE(state_pass_kind(plain, gated, DType::bf16), StatePassKind::tensor_core);
+  }
 }
 
 TEST(StatePass, OtherPathsRunTheForwardItself) {
@@ -104,6 +201,17 @@ TEST(StatePass, RefusesWhatTheForwardRefuses) {
   EXPECT_THROW(state_of(p, cfg, in), std::invalid_argument);
   cfg.gemm = GemmPath::automatic;
   EXPECT_THROW(run_state_pass(p, cfg, in.k, in.q, nullptr, &in.k), std::invalid_argument);  // z0 without normalize
+  // The gate's checks are the forward's: missing, of the wrong shape, positive, or given without config.gate.
+  const Tensor g_gamma = Tensor::from_double(DType::f32, {1}, {-0.25});
+  const Tensor positive = Tensor::from_double(DType::f32, {1}, {0.25});
+  const Tensor wrong_shape = Tensor::from_double(DType::f32, {2}, {-0.25, -0.5});
+  EXPECT_THROW(state_of(p, cfg, in, &g_gamma), std::invalid_argument);
+  cfg.gate = GateKind::per_head;
+  EXPECT_THROW(state_of(p, cfg, in), std::invalid_argument);
+  EXPECT_THROW(state_of(p, cfg, in, &positive), std::invalid_argument);
+  EXPECT_THROW(state_of(p, cfg, in, &wrong_shape), std::invalid_argument);
+  cfg.normalize = true;  // fla has no normalized gated mode
+  EXPECT_THROW(state_of(p, cfg, in, &g_gamma), std::invalid_argument);
 }
 
 #if defined(KOKKOS_ENABLE_CUDA)

@@ -100,9 +100,10 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_flag("--normalize", o->normalize,
                 "fla's normalize=True: o divided by scale q . cumsum(k) (q and k drawn in (0, 1) then, as feature maps give them)");
   cmd->add_option("--gate", o->gate,
-                  "Time the gated forward, or with --backward the gated backward (README.md, \"Gated levels\"): 'g' "
-                  "draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's g_gamma [H] = log(1 - 2^(-5-h)); o (or "
-                  "dq, dk, dv and dg) is checked against the gated fp64 reference")
+                  "Time the gated forward (README.md, \"Gated levels\"; with --state-pass its state pass, with "
+                  "--backward the gated backward): 'g' draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's "
+                  "g_gamma [H] = log(1 - 2^(-5-h)); o (the backward: dq, dk, dv and dg) is checked against the gated "
+                  "fp64 reference")
       ->check(CLI::IsMember({"g", "gamma"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
@@ -159,8 +160,6 @@ Command add_bench_command(CLI::App& parent) {
               bc.normalize = o->normalize;
               bc.backward = o->backward;
               bc.gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
-              if (bc.gate != GateKind::none && o->state_pass)
-                throw std::invalid_argument("--gate with --state-pass: the gated state pass is not implemented yet");
               bc.state_pass = o->state_pass;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();

@@ -11,6 +11,7 @@
 #include "io/output_stream.hpp"
 #include "kernels/state_pass.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/gated_carry.hpp"
 #include "parallel/segment_plan.hpp"
 #include "parallel/shared_hdf5_file.hpp"
 #include "pipeline/signal_cleanup.hpp"
@@ -114,18 +115,21 @@ constexpr const char* kChainBroken = "context parallel: a segment before this on
 // binary's kernels), which would land in the first case's kernel time: each
 // configuration runs once on a tiny case first, as the pipeline warms its
 // compute stages (compute_stage_typed.hpp): the forward whole and split (on
-// tensor cores), and the state pass.
+// tensor cores, level 1: a gated one never splits), and the state pass; gated
+// with log-decays of 0.
 void warm_up(const Problem& p, DType input, const ForwardConfig& config) {
   Problem tiny = plain_problem(p, 1, 2 * p.chunk);
   tiny.H = 1;
   const Tensor q(input, tiny.qk_shape()), v(input, tiny.v_shape());
-  run_forward(tiny, config, q, q, v);
-  if (choose_forward_path(tiny, config, input).path == GemmPath::tensor_core) {
+  const Tensor zeros(accumulation_dtype(input), gate_shape(tiny, config.gate));
+  const Tensor* gate = config.gate == GateKind::none ? nullptr : &zeros;
+  run_forward(tiny, config, q, q, v, nullptr, nullptr, gate);
+  if (config.gate == GateKind::none && choose_forward_path(tiny, config, input).path == GemmPath::tensor_core) {
     ForwardConfig split = config;
     split.segments = 2;
     run_forward(tiny, split, q, q, v);
   }
-  run_state_pass(tiny, config, q, v);
+  run_state_pass(tiny, config, q, v, nullptr, nullptr, gate);
 }
 
 // One case on every rank together; sets r.ok, or r.error, alike on all of them.
@@ -141,28 +145,28 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   const auto open_case = [&] {
     file = hdf5::open_read_only(r.input);
     schema = inspect_case(file.get(), r.input, r.group);
-    if (schema.gate != GateKind::none)
-      throw FileError(r.input, dataset_path(r.group, gate_dataset_name(schema.gate)),
-                      "--context-parallel does not take a gate yet (the state pass between the ranks carries no "
-                      "decay); run the case without --context-parallel");
-    p = case_problem(opt, r, schema);
+    p = case_problem(opt, r, schema);  // refuses --normalize with a gate
     s = case_storage(opt, schema);
   };
   if (failed_anywhere(attempt(r, open_case), r)) return;
   r.problem = p;
   r.dtype = s.input;
+  r.gate = schema.gate;
   r.external_data = schema.external_data;
   // The segments, cut by what the state pass costs (parallel/segment_plan.hpp).
   // Unlike the pipeline, a rank's forward may split its sequences on tensor cores
   // (choose_segments): its bits differ from one rank's there anyway (docs/PARALLEL.md).
-  const ForwardConfig& config = opt.forward;
+  // A gated forward takes whole sequences there (path_choice.cpp).
+  ForwardConfig config = opt.forward;
+  config.gate = schema.gate;  // the case's own: the forward, the state pass and the carries decay with it
   double carry_cost = opt.carry_cost;
   const auto prepare_kernels = [&] {  // the state pass's cost, and each configuration warmed up once
     if (carry_cost < 0)
       carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input),
                                    p, config, s.input);
     const std::string shape = std::to_string(static_cast<int>(s.input)) + ":" + std::to_string(p.DK) + "x" +
-                              std::to_string(p.DV) + "/" + std::to_string(p.chunk);
+                              std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
+                              gate_dataset_name(config.gate);
     if (warmed.insert(shape).second) warm_up(p, s.input, config);
   };
   if (failed_anywhere(attempt(r, prepare_kernels), r)) return;
@@ -175,6 +179,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   // 1. This rank's tokens, and the initial rows of the sequences starting in
   // them; and the k and v of the piece of the segment before whose state it
   // computes (with its sequence's initial rows when the piece is its start).
+  // With a gate, its log-decays of both (read_slice: g's tokens, or g_gamma whole).
   CaseData in, piece;
   Problem piece_problem;
   const auto read_segment = [&] {
@@ -203,7 +208,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
 
   // 2. The start state, without waiting for the forward of the segment
   // before: this rank's state pass over that segment's piece, plus that
-  // segment's own start state (received) when the sequence began earlier still.
+  // segment's own start state (received) when the sequence began earlier still,
+  // decayed by the piece's tokens when gated (parallel/gated_carry.hpp).
   // The sum runs in chain order, as carry_chain lists it. Ranks send and
   // receive even after a failure, so that none waits forever.
   const std::int64_t carry_rows = p.varlen() ? 1 : p.B;
@@ -216,7 +222,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   if (route.carry_of >= 0) {
     failure = attempt(r, [&] {
       const StatePassOutput y = run_state_pass(piece_problem, config, piece.k, piece.v, present(piece.initial_state),
-                                               present(piece.initial_z));
+                                               present(piece.initial_z), present(piece.log_decay));
       times.add(y);
       start = {y.final_state, y.z_state};
     });
@@ -228,6 +234,11 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     if (bytes.empty() && failure.empty()) failure = kChainBroken;
     if (failure.empty()) {
       Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
+      // Gated: the state before the piece decays over its tokens, as the one-rank forward's does (no z: a gate
+      // refuses --normalize).
+      if (config.gate != GateKind::none)
+        parallel::decay_state(before.state, parallel::total_log_decay(config.gate, piece.log_decay, carry_rows,
+                                                                      piece_problem.T, p.H));
       add_into(before.state, start.state);
       if (s.normalize) add_into(before.z, start.z);
       start = std::move(before);
@@ -239,12 +250,13 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   const auto forward_from_start = [&] {
     if (!works) return;
     if (!w.continues) {
-      out = run_forward(sub, config, in.q, in.k, in.v, present(in.initial_state), present(in.initial_z));
+      out = run_forward(sub, config, in.q, in.k, in.v, present(in.initial_state), present(in.initial_z),
+                        present(in.log_decay));
     } else {
       const Tensor s0 = starting_rows(sub, in.initial_state, start.state, {p.H, p.DK, p.DV}, s.accumulation);
       const Tensor z0 =
           s.normalize ? starting_rows(sub, in.initial_z, start.z, {p.H, p.DK}, s.accumulation) : Tensor();
-      out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0));
+      out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0), present(in.log_decay));
     }
     times.add(out);
   };

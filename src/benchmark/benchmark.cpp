@@ -68,6 +68,17 @@ std::vector<double> slice_to_host(const DeviceView4<T>& x, std::int64_t tokens) 
   return std::vector<double>(host.data(), host.data() + tokens * D);
 }
 
+// x(0, 0:tokens, 0) of a [B, T, H] view (dg) as fp64 on the host: the (b = 0, h = 0) row.
+template <class T>
+std::vector<double> slice_to_host(const DeviceView3<T>& x, std::int64_t tokens) {
+  Kokkos::View<double*, Kokkos::LayoutRight, MemSpace> dense("linattn::bench::slice", tokens);
+  Kokkos::parallel_for(
+      "linattn::bench::slice", Kokkos::RangePolicy<ExecSpace>(0, tokens),
+      KOKKOS_LAMBDA(const std::int64_t t) { dense(t) = static_cast<double>(x(0, t, 0)); });
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dense);
+  return std::vector<double>(host.data(), host.data() + tokens);
+}
+
 // The (b = 0, h = 0) slice of p's first `tokens` tokens as a problem of its
 // own: B = H = 1 and, when packed, the sequences it cuts, up to its end.
 Problem accuracy_slice(const Problem& p, std::int64_t tokens) {
@@ -96,6 +107,30 @@ void set_times(VariantTiming& row, const std::vector<double>& ms, double copy_gb
   row.floor_ms = row.min_bytes / (copy_gbps * 1e9) * 1e3;
 }
 
+// The benchmark's gate, drawn on the host (fp32, as files hold it): g uniform in [-1, 0), or RetNet's
+// gammas; and the gate of the accuracy slice (b = 0, h = 0, its first `tokens` tokens). None: both empty.
+struct BenchGate {
+  Tensor gate;
+  reference::Gate slice;
+};
+BenchGate bench_gate(const BenchConfig& bc, std::int64_t tokens) {
+  const Problem& p = bc.problem;
+  BenchGate out;
+  if (bc.gate == GateKind::none) return out;
+  out.gate = bc.gate == GateKind::per_head
+                 ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H))
+                 : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0);
+  const std::vector<double> g = out.gate.to_double();
+  if (bc.gate == GateKind::per_head) {
+    out.slice = reference::Gate::per_head({g[0]});
+  } else {
+    std::vector<double> gs(static_cast<std::size_t>(tokens));
+    for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * p.H)];  // b = 0, h = 0
+    out.slice = reference::Gate::per_token(std::move(gs));
+  }
+  return out;
+}
+
 ForwardConfig forward_config(const BenchConfig& bc, Variant variant) {
   ForwardConfig cfg;
   cfg.variant = variant;
@@ -122,10 +157,12 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   const StatePassKind kind = state_pass_kind(p, cfg, bc.dtype);
   if (kind == StatePassKind::forward)
     throw std::invalid_argument(std::string("--state-pass: no state kernel on this path (the state pass is the forward ") +
-                                "itself: normalize off the tensor cores, or the register-blocked kernels)");
+                                "itself: normalize off the tensor cores, the register-blocked kernels, or a gate on tensor cores)");
   StatePassViews<In, Acc> views;
   views.k = forward.k;
   views.v = forward.v;
+  views.g = forward.g;  // the forward's gate, if any: the gated state pass
+  views.g_gamma = forward.g_gamma;
   views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("state_pass_final"), Kokkos::WithoutInitializing),
                                        p.num_sequences(), p.H, p.DK, p.DV);
   DeviceView3<Acc> z0, z_state;
@@ -147,29 +184,13 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   row.gemm = kind == StatePassKind::tensor_core ? GemmPath::tensor_core : choose_path_here<In>(p, cfg).path;
   row.flops = 2.0 * double(p.B) * p.T * p.H * p.DK * p.DV;  // K^T V per token
   const ByteCounts bytes = count_bytes(p, bc.dtype, bc.dtype, nullptr, false);  // what it reads and writes of these
-  row.min_bytes = bytes.k + bytes.v + bytes.final_state;
+  row.min_bytes = bytes.k + bytes.v + bytes.final_state;  // as the forward rows: the gate's bytes aside
   set_times(row, ms, copy_gbps);
   const auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.final_state);
   const auto theirs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), forward.final_state);
   row.o_rel_l2 = relative_l2(std::vector<double>(mine.data(), mine.data() + mine.size()),
                              std::vector<double>(theirs.data(), theirs.data() + theirs.size()));
   return row;
-}
-
-// The gate of a gated bench, drawn on the host (fp32, as files hold it): g
-// uniform in [-1, 0), or RetNet's gammas; and its (b = 0, h = 0) row of `tokens`.
-Tensor bench_gate(const BenchConfig& bc) {
-  const Problem& p = bc.problem;
-  return bc.gate == GateKind::per_head
-             ? Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H))
-             : random_tensor(DType::f32, gate_shape(p, bc.gate), derive_seed(bc.seed, 4), -1.0, 0.0);
-}
-reference::Gate slice_gate_of(const BenchConfig& bc, const Tensor& gate, std::int64_t tokens) {
-  const std::vector<double> g = gate.to_double();
-  if (bc.gate == GateKind::per_head) return reference::Gate::per_head({g[0]});
-  std::vector<double> gs(static_cast<std::size_t>(tokens));
-  for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * bc.problem.H)];  // b = 0, h = 0
-  return reference::Gate::per_token(std::move(gs));
 }
 
 template <class In, class Out, class Snap>
@@ -201,12 +222,9 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
                                 hs[3], hs[4]);
 
   const std::int64_t tokens = std::min<std::int64_t>(p.T, bc.accuracy_tokens);
-  reference::Gate slice_gate;
-  if (bc.gate != GateKind::none) {
-    const Tensor gate = bench_gate(bc);
-    upload_gate<Acc>(views, bc.gate, gate, accumulation_dtype(bc.dtype));
-    slice_gate = slice_gate_of(bc, gate, tokens);
-  }
+  const BenchGate gate = bench_gate(bc, tokens);
+  if (bc.gate != GateKind::none) upload_gate<Acc>(views, bc.gate, gate.gate, accumulation_dtype(bc.dtype));
+  const reference::Gate& slice_gate = gate.slice;
 
   // fp64 reference on the (b = 0, h = 0) slice: o there depends only on that
   // slice (and, when packed, on the sequences it cuts, up to its end).
@@ -259,8 +277,12 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
 
 // The backward of the fused forward: q, k, v, do made on the device, h stored
 // by one forward run (as `run` stores it), then the backward timed. Its floor
-// reads q, k, v, do and h and writes dq, dk, dv and dh0 once. dq, dk and dv of
-// the whole (b = 0, h = 0) row are checked against the fp64 reference.
+// reads q, k, v, do and h and writes dq, dk, dv and dh0 once (a gate's g and
+// dg aside, as the forward rows leave g aside). dq, dk and dv of the whole
+// (b = 0, h = 0) row are checked against the fp64 reference; gated (the
+// forward and the backward with the same g or g_gamma), against the gated
+// reference, dg of that row's tokens too (the kernel's dg per token, which
+// run_backward sums per head for g_gamma on the host, outside the kernel).
 template <class In, class Out, class Snap>
 BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
@@ -287,11 +309,11 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const DeviceView5<Snap> h(Kokkos::view_alloc(std::string("h"), Kokkos::WithoutInitializing), hs[0], hs[1], hs[2],
                             hs[3], hs[4]);
   fw.h = h;
+  const BenchGate gate = bench_gate(bc, p.T);
+  if (bc.gate != GateKind::none) upload_gate<Acc>(fw, bc.gate, gate.gate, accumulation_dtype(bc.dtype));
   ForwardConfig fc;
   fc.snapshots = bc.snapshots;
   fc.gate = bc.gate;
-  const Tensor gate = bc.gate != GateKind::none ? bench_gate(bc) : Tensor();
-  if (bc.gate != GateKind::none) upload_gate<Acc>(fw, bc.gate, gate, accumulation_dtype(bc.dtype));
   run_variant(p, fc, fw);
 
   BackwardViews<In, Out, Snap, Acc> views;
@@ -304,9 +326,9 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
   views.dv = DeviceView4<Out>(Kokkos::view_alloc(std::string("dv"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
   views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
-  if (bc.gate != GateKind::none) {  // the forward's log-decays, and dg [B, T, H] out
-    views.g = fw.g;
-    views.g_gamma = fw.g_gamma;
+  views.g = fw.g;
+  views.g_gamma = fw.g_gamma;
+  if (bc.gate != GateKind::none) {
     views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
     Kokkos::deep_copy(views.dg, quiet_nan<Acc>());
   }
@@ -317,6 +339,8 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const PathChoice choice = choose_backward_path_here(cfg, &p, bc.dtype);
   const SequenceMap seqs = make_sequence_map(p);
   Kokkos::deep_copy(views.dq, quiet_nan<Out>());
+  Kokkos::deep_copy(views.dk, quiet_nan<Out>());
+  Kokkos::deep_copy(views.dv, quiet_nan<Out>());
   for (int i = 0; i < bc.warmup; ++i) run_backward_path<decltype(views), Acc>(p, views, seqs, choice.path, bc.team_size);
   Kokkos::fence();
   std::vector<double> ms;
@@ -333,10 +357,9 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens),
                             dos = slice_to_host(d_o, tokens);
-  const bool gated = bc.gate != GateKind::none;
-  const reference::GatedGradients ref =
-      gated ? reference::gated_backward(slice, {qs, ks, vs, nullptr}, slice_gate_of(bc, gate, tokens), {dos, nullptr})
-            : reference::GatedGradients{reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr}), {}, {}};
+  reference::GatedGradients ref;
+  if (bc.gate == GateKind::none) static_cast<reference::Gradients&>(ref) = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
+  else ref = reference::gated_backward(slice, {qs, ks, vs, nullptr}, gate.slice, {dos, nullptr});
 
   VariantTiming row;
   row.backward = true;
@@ -347,18 +370,11 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   const double tokens_all = double(p.B) * p.T * p.H;
   row.min_bytes = tokens_all * (2 * p.DK + 2 * p.DV) * in_bytes + double(hs[0]) * hs[1] * hs[2] * hs[3] * hs[4] * sizeof(Snap) +
                   tokens_all * (2 * p.DK + p.DV) * out_bytes + double(N) * p.H * p.DK * p.DV * sizeof(Acc);
-  // Gated: g read (per token) and dg written, in the accumulation type.
-  if (gated) row.min_bytes += tokens_all * sizeof(Acc) * (bc.gate == GateKind::per_token ? 2 : 1);
   set_times(row, ms, copy_gbps);
   row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
   row.dk_rel_l2 = relative_l2(slice_to_host(views.dk, tokens), ref.dk);
   row.dv_rel_l2 = relative_l2(slice_to_host(views.dv, tokens), ref.dv);
-  if (gated) {  // dg of the (b = 0, h = 0) row
-    const auto dg = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.dg);
-    std::vector<double> dg_row(static_cast<std::size_t>(tokens));
-    for (std::int64_t t = 0; t < tokens; ++t) dg_row[t] = static_cast<double>(dg(0, t, 0));
-    row.dg_rel_l2 = relative_l2(dg_row, ref.dg);
-  }
+  if (bc.gate != GateKind::none) row.dg_rel_l2 = relative_l2(slice_to_host(views.dg, tokens), ref.dg);
   report.rows.push_back(row);
   return report;
 }
@@ -409,6 +425,7 @@ BenchReport run_benchmark(const BenchConfig& bc) {
     BackwardConfig cfg;
     cfg.gemm = bc.gemm;
     cfg.output_fp32 = bc.output_fp32;
+    cfg.gate = bc.gate;
     const PathChoice choice = choose_backward_path_here(cfg, &bc.problem, bc.dtype);
     if (!choice.ok()) throw std::invalid_argument(choice.refusal);
   } else {

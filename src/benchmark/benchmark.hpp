@@ -24,7 +24,7 @@ struct BenchConfig {
   bool output_fp32 = false;
   bool normalize = false;  // fla's normalize=True (o divided by scale q . cumsum k)
   bool backward = false;   // time the backward (run_backward's kernel) instead of the forward variants
-  GateKind gate = GateKind::none;  // with a decay: g [B, T, H] uniform in [-1, 0), or RetNet's g_gamma [H]
+  GateKind gate = GateKind::none;  // with a decay (forward, state pass or backward): g [B, T, H] uniform in [-1, 0), or RetNet's g_gamma [H]
   bool state_pass = false; // after the fused row, time the state pass (kernels/state_pass.hpp) on the same k, v
   std::int64_t block_dv = 0;
   int segments = 0;  // tensor-core kernel: 0 chooses
@@ -50,7 +50,7 @@ struct VariantTiming {
   double floor_ms = 0;        // min_bytes / measured copy bandwidth
   double o_rel_l2 = 0;        // vs fp64 reference on the slice
   double dk_rel_l2 = 0, dv_rel_l2 = 0;  // backward rows
-  double dg_rel_l2 = 0;                 // gated backward rows: dg of the (b = 0, h = 0) row
+  double dg_rel_l2 = 0;                 // gated backward rows: dg of the (b = 0, h = 0) row's tokens
 };
 
 struct BenchReport {

@@ -34,7 +34,7 @@ struct CaseData {
   Tensor initial_z;                     // dataset z_state; empty when the case has none
   std::vector<std::string> external_data;  // as in CaseSchema
   GateKind gate = GateKind::none;       // which gate dataset the case holds
-  Tensor log_decay;                     // g_gamma [H] or g [B, T, H] in fp32 (read_case); empty for none
+  Tensor log_decay;                     // g_gamma [H] or g [B, T, H] in fp32 (read_case; read_slice: the accumulation type); empty for none
 };
 
 // What a case holds, from its metadata alone (read_case's schema checks, and

@@ -24,6 +24,22 @@ Tensor read_part(hid_t file, const std::string& file_name, const std::string& gr
   return t;
 }
 
+// The gate's block [start, start + count) into a new tensor of `dtype`, checked as log-decays (always, as the
+// reader process checks its windows' gate).
+Tensor read_gate_part(hid_t file, const std::string& file_name, const std::string& group, GateKind kind, DType dtype,
+                      const std::vector<hsize_t>& start, const std::vector<hsize_t>& count, const std::string& window) {
+  const std::vector<std::int64_t> shape(count.begin(), count.end());
+  Tensor t(dtype, shape);
+  if (t.numel() == 0) return t;
+  const std::string path = dataset_path(group, gate_dataset_name(kind));
+  const hdf5::Dataset ds = hdf5::open_dataset(file, file_name, path);
+  const hdf5::Datatype type = hdf5::datatype_of(dtype);
+  hdf5::read_block(ds.get(), type.get(), start, count, t.bytes.data(), file_name, path);
+  check_log_decays(t.bytes.data(), dtype, shape, std::vector<std::int64_t>(start.begin(), start.end()), file_name,
+                   path, window);
+  return t;
+}
+
 }  // namespace
 
 CaseData read_slice(hid_t file, const std::string& file_name, const std::string& group, const CaseSchema& schema,
@@ -46,6 +62,11 @@ CaseData read_slice(hid_t file, const std::string& file_name, const std::string&
   if (schema.has_initial_z && rows > 0)
     d.initial_z = read_part(file, file_name, group, "z_state", r.accumulation, {row0, 0, 0}, {rows, H, DK},
                             r.allow_nonfinite, "");
+  d.gate = schema.gate;
+  if (schema.gate == GateKind::per_token)
+    d.log_decay = read_gate_part(file, file_name, group, schema.gate, r.accumulation, {0, t0, 0}, {B, T, H}, window);
+  if (schema.gate == GateKind::per_head)
+    d.log_decay = read_gate_part(file, file_name, group, schema.gate, r.accumulation, {0}, {H}, "");
   return d;
 }
 

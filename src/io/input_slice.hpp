@@ -1,5 +1,5 @@
 // One rank's part of a case under context parallel (docs/PARALLEL.md): the
-// tokens [t0, t1) of q, k and v (every batch row) and the initial_state and
+// tokens [t0, t1) of q, k, v and g (every batch row) and the initial_state and
 // z_state rows [row0, row0 + rows), read as hyperslabs from a file inspected
 // with inspect_case. The same checks as the reader process's windows: NaN and
 // Inf are refused (naming the element) unless allowed.
@@ -22,7 +22,9 @@ struct SliceRequest {
 
 // q, k, v [B, t1 - t0, H, D] in the input dtype; initial_state [rows, H, DK, DV]
 // and initial_z [rows, H, DK] in the accumulation type, empty when the case has
-// none or rows is 0 (cu_seqlens is left empty). Throws FileError.
+// none or rows is 0 (cu_seqlens is left empty); the case's gate in the
+// accumulation type, as the reader process reads it: g [B, t1 - t0, H] or
+// g_gamma [H] whole, its values checked as log-decays always. Throws FileError.
 CaseData read_slice(hid_t file, const std::string& file_name, const std::string& group, const CaseSchema& schema,
                     const SliceRequest& request);
 

@@ -20,8 +20,14 @@ const char* state_pass_kind_name(StatePassKind k) {
 StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DType input) {
   const PathChoice choice = choose_forward_path(p, config, input);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
-  if (choice.path == GemmPath::tensor_core && !p.varlen()) return StatePassKind::tensor_core;
-  const bool tiles = choice.path == GemmPath::host_tile || choice.path == GemmPath::kokkos_kernels;
+  return state_pass_kind_on(choice.path, p, config);
+}
+
+StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config) {
+  // Gated on tensor cores: the forward (whole sequences, its own bits), not the undecayed segment sums.
+  if (path == GemmPath::tensor_core) return p.varlen() || config.gate != GateKind::none ? StatePassKind::forward
+                                                                                        : StatePassKind::tensor_core;
+  const bool tiles = path == GemmPath::host_tile || path == GemmPath::kokkos_kernels;
   if (config.variant == Variant::fused && tiles && !config.normalize) return StatePassKind::fused_tiles;
   return StatePassKind::forward;
 }
@@ -47,7 +53,8 @@ namespace {
 
 template <class In>
 StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, StatePassKind kind, const Tensor& k,
-                                 const Tensor& v, const Tensor* initial_state, const Tensor* initial_z) {
+                                 const Tensor& v, const Tensor* initial_state, const Tensor* initial_z,
+                                 const Tensor* gate) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType acc_dtype = accumulation_dtype(k.dtype);
   StatePassOutput out;
@@ -59,6 +66,7 @@ StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, 
   if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
   DeviceView3<Acc> z0, z_state;
   if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
+  if (gate) upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
   const auto N = p.num_sequences();
   views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing),
                                        N, p.H, p.DK, p.DV);
@@ -91,13 +99,13 @@ StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, 
 }  // namespace
 
 StatePassOutput run_state_pass(const Problem& p, const ForwardConfig& config, const Tensor& k, const Tensor& v,
-                               const Tensor* initial_state, const Tensor* initial_z) {
+                               const Tensor* initial_state, const Tensor* initial_z, const Tensor* gate) {
   const StatePassKind kind = state_pass_kind(p, config, k.dtype);
   if (kind == StatePassKind::forward) {
     // The state does not depend on q: k stands in for it.
     ForwardConfig c = config;
     c.snapshots = SnapshotMode::none;
-    const ForwardOutput f = run_forward(p, c, k, k, v, initial_state, initial_z);
+    const ForwardOutput f = run_forward(p, c, k, k, v, initial_state, initial_z, gate);
     StatePassOutput out;
     out.final_state = f.final_state;
     out.z_state = f.z_state;
@@ -111,11 +119,12 @@ StatePassOutput run_state_pass(const Problem& p, const ForwardConfig& config, co
   require_shape(v, p.v_shape(), "v");
   if (v.dtype != k.dtype) throw std::invalid_argument("k and v must share one dtype");
   check_initial_rows(p, config, initial_state, initial_z);
+  check_gate(p, config.gate, gate);
   switch (k.dtype) {
-    case DType::f16: return run_state_kernel<fp16_t>(p, config, kind, k, v, initial_state, initial_z);
-    case DType::bf16: return run_state_kernel<bf16_t>(p, config, kind, k, v, initial_state, initial_z);
-    case DType::f32: return run_state_kernel<float>(p, config, kind, k, v, initial_state, initial_z);
-    case DType::f64: return run_state_kernel<double>(p, config, kind, k, v, initial_state, initial_z);
+    case DType::f16: return run_state_kernel<fp16_t>(p, config, kind, k, v, initial_state, initial_z, gate);
+    case DType::bf16: return run_state_kernel<bf16_t>(p, config, kind, k, v, initial_state, initial_z, gate);
+    case DType::f32: return run_state_kernel<float>(p, config, kind, k, v, initial_state, initial_z, gate);
+    case DType::f64: return run_state_kernel<double>(p, config, kind, k, v, initial_state, initial_z, gate);
   }
   throw std::invalid_argument("unsupported dtype");
 }

@@ -1,8 +1,9 @@
 // The state pass (docs/PARALLEL.md "Context parallel"): the state a forward
 // over the tokens of p ends in, initial_state + sum K^T V (with normalize also
-// z0 + sum k), without q, o or h. Context parallel runs it on the tokens of the
-// segment before a rank's own, to start that rank's forward without waiting for
-// the forward of the segment before it.
+// z0 + sum k; gated, the decayed sum of README.md "Gated levels"), without q,
+// o or h. Context parallel runs it on the tokens of the segment before a
+// rank's own, to start that rank's forward without waiting for the forward of
+// the segment before it.
 #pragma once
 
 #include "core/problem.hpp"
@@ -13,12 +14,16 @@ namespace linattn {
 
 // Which kernel computes it, on this build, for a forward run with `config`:
 enum class StatePassKind {
-  tensor_core,  // segment sums on tensor cores (plain batches): the forward's arithmetic when it splits a sequence
+  tensor_core,  // segment sums on tensor cores (plain batches, level 1): the forward's arithmetic when it splits a sequence
   fused_tiles,  // the fused TeamPolicy kernel's state update alone: its final state, bitwise (no normalize)
   forward,      // no state kernel for this path: the forward itself, q = k, snapshots off (bitwise, full cost)
 };
 const char* state_pass_kind_name(StatePassKind k);
 StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DType input);
+// The same rule for a forward that takes tile-product path `path` (choose_forward_path's answer on some
+// build): a gate never gets the tensor-core kind, whose segment sums carry no decay; a gated forward on
+// tensor cores runs whole sequences (path_choice.cpp), so the forward itself is its final state, bitwise.
+StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config);
 
 // The state pass's kernel time as a fraction of a forward's on the same
 // tokens with `config` (BENCHMARKS.md "Several ranks"): on tensor cores both
@@ -35,9 +40,11 @@ struct StatePassOutput {
   StatePassKind kind = StatePassKind::forward;
 };
 
-// k [B, T, H, DK], v [B, T, H, DV]; initial_state and initial_z as run_forward
-// takes them. Checks what run_forward checks (config's path must run here).
+// k [B, T, H, DK], v [B, T, H, DV]; initial_state, initial_z and the gate
+// (config.gate's log-decays of these tokens: g [B, T, H] or g_gamma [H]) as
+// run_forward takes them. Checks what run_forward checks (config's path must run here).
 StatePassOutput run_state_pass(const Problem& p, const ForwardConfig& config, const Tensor& k, const Tensor& v,
-                               const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr);
+                               const Tensor* initial_state = nullptr, const Tensor* initial_z = nullptr,
+                               const Tensor* gate = nullptr);
 
 }  // namespace linattn

@@ -2,7 +2,8 @@
 // the same league, the same DV blocks and the same state_update step
 // (chunk_steps.hpp) per chunk, without Q, A, O or h. Its final state is therefore the fused
 // forward's, bit for bit, at about a third of its products (docs/PARALLEL.md
-// "Context parallel").
+// "Context parallel"). Gated (levels 2 and 3), each chunk's decays come from
+// the same chunk_decay (chunk_gate.hpp), so the decayed update is the forward's too.
 #pragma once
 
 #include "core/problem.hpp"
@@ -21,6 +22,11 @@ struct StatePassViews {
   DeviceView4<const In> k, v;
   DeviceView4<const Acc> initial_state;  // [N, H, DK, DV] or empty
   DeviceView4<Acc> final_state;          // [N, H, DK, DV]
+  // The gate (core/gate.hpp), at most one, in Acc: as ForwardViews holds it.
+  DeviceView3<const Acc> g;              // [B, T, H] (per token) or empty
+  DeviceView1<const Acc> g_gamma;        // [H] (per head) or empty
+
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
 };
 
 template <class In, class Acc>
@@ -29,8 +35,11 @@ struct FusedStatePass : KernelShape, BlockPlan {
   SequenceMap seqs;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv) {
-    return tile_bytes<Acc>({{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}});
+  // Gated runs add the chunk's cumulative log-decays b and their factors (chunk_gate.hpp).
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+    std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}};
+    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    return tile_bytes<Acc>(tiles);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -38,29 +47,31 @@ struct FusedStatePass : KernelShape, BlockPlan {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
+    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
     load_state(m, S, views.initial_state, n, h, d0);
     m.team_barrier();
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
       load_token_tile(m, K, views.k, b, t0, L, h, 0, DK);
       load_token_tile(m, V, views.v, b, t0, L, h, d0, W);
+      const ChunkDecay<Acc> decay = chunk_decay(m, Bd, views, b, t0, L, h);
       m.team_barrier();
-      state_update(m, gemm, K, V, S);  // the fused forward's state update
+      state_update(m, gemm, K, V, S, decay);  // the fused forward's state update
     }
     store_state(m, views.final_state, S, n, h, d0);
   }
 };
 
-// The DV blocks are the fused forward's (its scratch plan), so that every
-// state element is summed by the same product as there.
+// The DV blocks are the fused forward's (its scratch plan, gated or not), so
+// that every state element is summed by the same product as there.
 template <class In, class Acc, class ForwardViewsType>
 void run_fused_state_pass(const Problem& p, const StatePassViews<In, Acc>& views, std::int64_t block_dv, int team_size,
                           TileGemm gemm) {
   ScopedRegion region("linattn::fused_state_pass");
   const ScratchPlan forward_plan = plan_scratch(
-      p.DV, block_dv, [&](std::int64_t w) { return FusedForward<ForwardViewsType>::scratch_bytes(p, w); });
+      p.DV, block_dv, [&](std::int64_t w) { return FusedForward<ForwardViewsType>::scratch_bytes(p, w, views.gated()); });
   using Kernel = FusedStatePass<In, Acc>;
-  const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv);
+  const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv, views.gated());
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   const BlockPlan blocks = block_plan(forward_plan, p.DV);
   const Kernel kernel{kernel_shape(p), {blocks.block_dv, blocks.num_blocks, level}, views, make_sequence_map(p), gemm};

@@ -48,6 +48,8 @@ template <class In, class Acc>
 void run_state_pass_on(const Problem& p, const ForwardConfig& config, StatePassKind kind,
                        const StatePassViews<In, Acc>& views, const DeviceView3<Acc>& z0, const DeviceView3<Acc>& z_state) {
   if (kind == StatePassKind::tensor_core) {
+    // Its segment sums carry no decay: a gated problem gets another kind (state_pass_kind_on).
+    if (views.gated()) throw std::logic_error("run_state_pass_on: the tensor-core state pass takes no gate");
 #if defined(KOKKOS_ENABLE_CUDA)
     run_tensor_core_state_pass<In, Acc>(p, views, z0, z_state);
     return;
