@@ -51,7 +51,7 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const Views& views, const
 template <class In, class Out, class Snap>
 BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after,
+                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate,
                                   DType out_dtype) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType acc_dtype = accumulation_dtype(q.dtype);
@@ -66,14 +66,6 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   if (config.gate != GateKind::none) {
     upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
     views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
-    if (dg_after) {
-      const Tensor after = converted(*dg_after, acc_dtype);
-      DeviceView2<Acc> a(Kokkos::view_alloc(std::string("linattn::dg_after"), Kokkos::WithoutInitializing),
-                         after.shape[0], p.H);
-      Kokkos::deep_copy(a, Kokkos::View<const Acc**, Kokkos::LayoutRight, Kokkos::HostSpace>(
-                               reinterpret_cast<const Acc*>(after.bytes.data()), after.shape[0], p.H));
-      views.dg_after = a;
-    }
   }
   const std::int64_t N = p.num_sequences();
   views.dq = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dq"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
@@ -122,20 +114,20 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
 template <class In, class Out>
 BackwardOutput with_snapshot_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                   const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
+                                  const Tensor& d_o, const Tensor* dht, const Tensor* gate) {
   using Acc = std::conditional_t<std::is_same<In, double>::value, double, float>;
   const DType od = c.output_fp32 ? DType::f32 : q.dtype;
   if (!c.recompute_h && h->dtype == DType::bf16)
-    return run_backward_typed<In, Out, bf16_t>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after, od);
-  return run_backward_typed<In, Out, Acc>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after, od);
+    return run_backward_typed<In, Out, bf16_t>(p, c, path, q, k, v, h, s0, d_o, dht, gate, od);
+  return run_backward_typed<In, Out, Acc>(p, c, path, q, k, v, h, s0, d_o, dht, gate, od);
 }
 
 template <class In>
 BackwardOutput with_output_type(const Problem& p, const BackwardConfig& c, GemmPath path, const Tensor& q,
                                 const Tensor& k, const Tensor& v, const Tensor* h, const Tensor* s0,
-                                const Tensor& d_o, const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
-  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after);
-  return with_snapshot_type<In, In>(p, c, path, q, k, v, h, s0, d_o, dht, gate, dg_after);
+                                const Tensor& d_o, const Tensor* dht, const Tensor* gate) {
+  if (c.output_fp32) return with_snapshot_type<In, float>(p, c, path, q, k, v, h, s0, d_o, dht, gate);
+  return with_snapshot_type<In, In>(p, c, path, q, k, v, h, s0, d_o, dht, gate);
 }
 
 }  // namespace
@@ -158,7 +150,7 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
-                            const Tensor* dht, const Tensor* gate, const Tensor* dg_after) {
+                            const Tensor* dht, const Tensor* gate) {
   validate(p);
   const PathChoice choice = choose_backward_path_here(config, &p, q.dtype);
   if (!choice.ok()) throw std::invalid_argument(choice.refusal);
@@ -178,18 +170,13 @@ BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, cons
                                   dtype_name(h->dtype));
   }
   check_gate(p, config.gate, gate);
-  if (dg_after) {
-    if (config.gate == GateKind::none) throw std::invalid_argument("dg_after is for gated backwards");
-    if (dg_after->shape.size() != 2 || dg_after->shape[1] != p.H || dg_after->shape[0] > p.num_sequences())
-      throw std::invalid_argument("dg_after must be [rows <= N, H], not " + shape_string(dg_after->shape));
-  }
   const GemmPath path = choice.path;
   BackwardOutput out;
   switch (q.dtype) {
-    case DType::f16: out = with_output_type<fp16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
-    case DType::bf16: out = with_output_type<bf16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
-    case DType::f32: out = with_output_type<float>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
-    case DType::f64: out = with_output_type<double>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate, dg_after); break;
+    case DType::f16: out = with_output_type<fp16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate); break;
+    case DType::bf16: out = with_output_type<bf16_t>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate); break;
+    case DType::f32: out = with_output_type<float>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate); break;
+    case DType::f64: out = with_output_type<double>(p, config, path, q, k, v, h, initial_state, d_o, dht, gate); break;
   }
   out.gemm = choice.path;
   return out;

@@ -43,12 +43,12 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 // initial state otherwise); d_o [B, T, H, DV] in the input type; dht
 // [N, H, DK, DV] or null (zero); initial_state [N, H, DK, DV] or null;
 // gate, with config.gate, the forward's g_gamma [H] or g [B, T, H] (any float
-// dtype, every value a finite log-decay <= 0), else null; dg_after, for a
-// window of a longer case, [rows, H] in the accumulation type: dg at the next
-// window's first token of the last `rows` sequences, which go on after it
-// (their dg sums start there; the others' from <S_T, dht>), else null.
+// dtype, every value a finite log-decay <= 0), else null. dg needs nothing
+// more for a window of a longer case (its sums stay within each chunk:
+// README.md "Gated levels"): dht, the gradient of the state after the window,
+// carries what comes after it.
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
-                            const Tensor* dht, const Tensor* gate = nullptr, const Tensor* dg_after = nullptr);
+                            const Tensor* dht, const Tensor* gate = nullptr);
 
 }  // namespace linattn

@@ -10,10 +10,13 @@
 // "Gated levels"; chunk_gate.hpp's b_i, b_L of each chunk) the scores take
 // exp(b_i - b_j), dO h[c]^T's rows exp(b_i), the dS terms of dK and dV the
 // rows exp(b_L - b_j), and dS <- exp(b_L) dS + scale (exp(b_i) Q)^T dO; the
-// gate's gradient is the reverse sum within the sequence
-//   dg_t = sum_{s >= t} (q_s . dq_s - k_s . dk_s) + <S_T, dht>
-// (src/reference/gated.hpp), S_T the final state, from h[last] and the last
-// chunk. dq and dk sum over all of DV,
+// gate's gradient is a sum within each chunk c,
+//   dg_t = sum_{s >= t in c} (q_s . dq_s - k_s . dk_s) + <S_{c+1}, dS_{c+1}>
+// (README.md "Gated levels"), S_{c+1} the state after the chunk, from h[c]
+// and the chunk, dS_{c+1} its gradient: it equals the reverse sum over the
+// whole sequence from <S_T, dht> (src/reference/gated.hpp), whose terms
+// cancel over long sequences, and needs nothing from later chunks (nor from
+// later windows). dq and dk sum over all of DV,
 // so a team holds every DV column (no DV blocks): the tiles live on scratch
 // level 1 when they outgrow level 0. Packed batches walk each sequence on its
 // own, like the forward (SequenceMap).
@@ -44,11 +47,6 @@ struct BackwardViews {
   DeviceView3<const Acc> g;             // [B, T, H] or empty
   DeviceView1<const Acc> g_gamma;       // [H] or empty
   DeviceView3<Acc> dg;                  // [B, T, H]: dL/dg_t (per head: summed by the caller); empty ungated
-  // A window of a longer case (pipeline/streamed_backward.hpp): the last
-  // dg_after.extent(0) sequences go on after the window, and their dg sums
-  // start from dg_after [rows, H] (dg at the next window's first token)
-  // instead of <S_T, dht>.
-  DeviceView2<const Acc> dg_after;
   KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
 };
 
@@ -84,7 +82,6 @@ struct FusedBackward : KernelShape {
     const Tile<Acc> dS = tile(DK, DV), Hc = tile(DK, DV), dQ = tile(C, DK), dK = tile(C, DK), dV = tile(C, DV);
     const bool gated = views.gated();
     const Tile<Acc> decays = gated ? tile(kDecayRows, C) : Tile<Acc>(), r = gated ? tile(1, C) : Tile<Acc>();
-    Acc dg_carry = Acc(0);  // sum over the later chunks of q . dq - k . dk, plus <S_T, dht>
 
     load_state(m, dS, views.dht, n, h, 0);
     m.team_barrier();
@@ -97,11 +94,7 @@ struct FusedBackward : KernelShape {
       load_snapshot(m, Hc, views.h, seq.h_b, seq.h_c0 + c, h, 0);  // h[c]: the state before chunk c
       const ChunkDecay<Acc> d = chunk_decay(m, decays, views, b, t0, L, h);
       m.team_barrier();
-      if (gated && c == seq.num_chunks - 1) {
-        const int after = static_cast<int>(views.dg_after.extent(0)), first_after = m.league_size() / H - after;
-        if (n >= first_after) dg_carry = views.dg_after(n - first_after, h);
-        else if (views.dht.extent(0) > 0) dg_carry = final_state_dot(m, d, K, V, Hc, dS, L);
-      }
+      const Acc state_dot = gated ? state_after_dot(m, d, K, V, Hc, dS, L) : Acc(0);  // <S_{c+1}, dS_{c+1}>
       team_gemm<NoTrans, Trans>(m, gemm, scale, dO, V, Acc(0), A, Triangle::lower_c);  // A = scale dO V^T, lower part
       if (d.on) decay_scores(m, d, A);  // the causal mask with exp(b_i - b_j) (team_gemm ends with a barrier)
       else mask_upper_triangle(m, A);
@@ -136,7 +129,7 @@ struct FusedBackward : KernelShape {
       store_token_tile(m, views.dq, dQ, b, t0, L, h, 0, DK);
       store_token_tile(m, views.dk, dK, b, t0, L, h, 0, DK);
       store_token_tile(m, views.dv, dV, b, t0, L, h, 0, DV);
-      if (d.on) dg_carry = store_gate_gradient(m, r, dg_carry, b, t0, L, h);
+      if (d.on) store_gate_gradient(m, r, state_dot, b, t0, L, h);
       // dS = exp(b_L) dS + scale Q^T dO, after the chunk (level 1: exp(b_L) = 1)
       team_gemm<Trans, NoTrans>(m, gemm, scale, Q, dO, d.on ? d.b(1, L - 1) : Acc(1), dS);
     }
@@ -144,9 +137,9 @@ struct FusedBackward : KernelShape {
   }
 
  private:
-  // <S_T, dht> with S_T = exp(b_L) h[last] + sum_j exp(b_L - b_j) k_j v_j^T of
-  // the last chunk, before any tile of it is changed (dS holds dht).
-  KOKKOS_INLINE_FUNCTION Acc final_state_dot(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
+  // <S_{c+1}, dS_{c+1}> with S_{c+1} = exp(b_L) h[c] + sum_j exp(b_L - b_j) k_j v_j^T,
+  // before any tile of the chunk is changed (dS holds the gradient of the state after it).
+  KOKKOS_INLINE_FUNCTION Acc state_after_dot(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
                                              const Tile<Acc>& V, const Tile<Acc>& Hc, const Tile<Acc>& dS,
                                              int L) const {
     const Acc last = d.b(1, L - 1);  // exp(b_L)
@@ -174,23 +167,17 @@ struct FusedBackward : KernelShape {
     });
   }
 
-  // dg of the chunk's tokens: carry + the suffix sums of r within the chunk
-  // (one thread: C additions, in a fixed order); returns the new carry.
-  KOKKOS_INLINE_FUNCTION Acc store_gate_gradient(const Member& m, const Tile<Acc>& r, Acc carry, int b, int t0, int L,
-                                                 int h) const {
-    Acc out = carry;
-    Kokkos::single(
-        Kokkos::PerTeam(m),
-        [&](Acc& next) {
-          Acc s = carry;
-          for (int t = L - 1; t >= 0; --t) {
-            s += r(0, t);
-            views.dg(b, t0 + t, h) = s;
-          }
-          next = s;
-        },
-        out);
-    return out;
+  // dg of the chunk's tokens: state_dot + the suffix sums of r within the
+  // chunk (one thread: C additions, in a fixed order).
+  KOKKOS_INLINE_FUNCTION void store_gate_gradient(const Member& m, const Tile<Acc>& r, Acc state_dot, int b, int t0,
+                                                  int L, int h) const {
+    Kokkos::single(Kokkos::PerTeam(m), [&]() {
+      Acc s = state_dot;
+      for (int t = L - 1; t >= 0; --t) {
+        s += r(0, t);
+        views.dg(b, t0 + t, h) = s;
+      }
+    });
   }
 };
 

@@ -44,8 +44,6 @@ void run_tensor_core_backward(const Problem& p, const Views& views) {
       if (views.g.extent(0) > 0) args.g = views.g.data();
       if (views.g_gamma.extent(0) > 0) args.g_gamma = views.g_gamma.data();
       args.dg = views.dg.data();
-      args.after_rows = static_cast<int>(views.dg_after.extent(0));
-      args.dg_after = args.after_rows > 0 ? views.dg_after.data() : nullptr;
     }
     cuda::run_tensor_core_backward<E, S>(args, static_cast<int>(p.B), p.T, p.varlen() ? &p.cu_seqlens : nullptr,
                                          current_device_sms(), ExecSpace().cuda_stream());

@@ -66,17 +66,6 @@ Tensor final_gradients(const Window& w, const Edges& e, const Tensor& carried, c
   return g;
 }
 
-// dg at the window's first token of its first `rows` rows, [rows, H]: a plain
-// window's every batch row, a packed one's first sequence (its row's first token).
-Tensor first_token_dg(const Tensor& dg, std::int64_t rows) {
-  const std::int64_t T = dg.shape[1], H = dg.shape[2];
-  Tensor first(dg.dtype, {rows, H});
-  const std::size_t row = static_cast<std::size_t>(H) * dtype_size(dg.dtype);
-  for (std::int64_t b = 0; b < rows; ++b)
-    std::memcpy(first.bytes.data() + b * row, dg.bytes.data() + static_cast<std::size_t>(b * T) * row, row);
-  return first;
-}
-
 }  // namespace
 
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
@@ -117,10 +106,9 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     }
   }
 
-  // The backward, from the last window to the first, carrying dS (and, gated,
-  // dg at the first token of the rows that continue into the window before:
-  // their dg sums go on from there, so the windows give the whole case's dg).
-  Tensor dS, dg_after;
+  // The backward, from the last window to the first, carrying dS (gated: dg
+  // sums within each chunk, so dS is all a window needs from the later ones).
+  Tensor dS;
   std::vector<double> dg_gamma(static_cast<std::size_t>(whole.H), 0.0);  // g_gamma: dg summed over every token
   DType accumulation = DType::f32;
   for (std::size_t i = windows.size(); i-- > 0;) {
@@ -134,7 +122,7 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     const Tensor g = in.gate(w);
     const BackwardOutput b =
         run_backward(wp, config, t.q, t.k, t.v, config.recompute_h ? nullptr : &h, s0.empty() ? nullptr : &s0, t.d_o,
-                     dht.empty() ? nullptr : &dht, g.empty() ? nullptr : &g, dg_after.empty() ? nullptr : &dg_after);
+                     dht.empty() ? nullptr : &dht, g.empty() ? nullptr : &g);
     r.upload_seconds += b.upload_seconds;
     r.kernel_seconds += b.kernel_seconds;
     r.download_seconds += b.download_seconds;
@@ -151,7 +139,6 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
       const std::vector<double> d = b.dg.to_double();
       for (std::size_t i = 0; i < d.size(); ++i) dg_gamma[i % dg_gamma.size()] += d[i];
     }
-    dg_after = config.gate != GateKind::none && e.in_rows > 0 ? first_token_dg(b.dg, e.in_rows) : Tensor();
     window_done(w, true);
   }
   if (config.gate == GateKind::per_head)

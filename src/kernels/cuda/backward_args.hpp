@@ -37,20 +37,20 @@ struct TensorCoreBackwardArgs {
   float scale;
   // The gated levels (README.md "Gated levels"; gate_gradient.hpp): fp32
   // log-decays, g [tokens, H] or g_gamma [H] (both null: level 1); dg
-  // [tokens, H] out; dg_after [after_rows, H] or null: dg at the next window's
-  // first token of the last after_rows sequences (num_seqs in all), which go on
-  // after this window. Set by run_tensor_core_backward: log2_decay [tokens, H],
-  // each chunk's cumulative sums b of g times log2(e), row_decay exp(b), and dg_part
-  // [dg_parts, tokens, H], each column block's share of q . dq - k . dk.
+  // [tokens, H] out. Set by run_tensor_core_backward: log2_decay [tokens, H],
+  // each chunk's cumulative sums b of g times log2(e), row_decay exp(b);
+  // dg_part [dg_parts, tokens, H], each column block's share of
+  // q . dq - k . dk; state_part [dg_parts, chunks, H], its share of
+  // <S_{c+1}, dS_{c+1}>, the state after each chunk dotted with its gradient.
   const float* g;
   const float* g_gamma;
   float* dg;
-  const float* dg_after;
-  int after_rows, num_seqs;
   float* log2_decay;
   float* row_decay;
   float* dg_part;
+  float* state_part;
   int dg_parts;
+  int num_chunks;
   std::int64_t num_tokens;  // rows of q, k, v: B T
   // Set by run_tensor_core_backward: dh's padded rows and columns (DK and DV
   // where the tiles hold the head exactly; zero past DK, DV), the work lists.

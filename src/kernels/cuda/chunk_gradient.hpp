@@ -34,7 +34,7 @@ struct ChunkGradientLayout {
   static constexpr int state_tiles = kCompact ? 1 : 2, score_tiles = kCompact ? 1 : 2;
   static constexpr std::size_t tile_bytes =
       std::size_t(2 * k_tile + 2 * v_tile + state_tiles * s_tile + score_tiles * p_tile) * 2;
-  static constexpr std::size_t bytes = tile_bytes + (kGated ? kChunk * sizeof(float) : 0);  // + b log2(e)
+  static constexpr std::size_t bytes = tile_bytes + (kGated ? (kChunk + 8) * sizeof(float) : 0);  // + b log2(e), a float per warp
 };
 constexpr int kChunkGradientThreads = 256;
 
@@ -103,6 +103,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   const ChunkDecays cd{b_s, ch.length - 1};
   const ChunkDecays* decays = kGated ? &cd : nullptr;
   float dots[2] = {0.0f, 0.0f};  // gated: q . dq - k . dk over this warp's columns, rows g, g + 8
+  float state_dot = 0.0f;        // gated: this thread's share of <S_{c+1}, dh[c]> (gate_gradient.hpp)
 
   // Groups of copies, each waited for just before its first use: the
   // chunk's tiles, h[c], then dh[c] (compact: once h[c] is used up).
@@ -173,6 +174,16 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   }
   cp_async_wait<0>();
   __syncthreads();  // dh[c] is in shared memory
+  if constexpr (kGated) {  // exp(b_L) <h[c], dh[c]>: h[c] from memory again (its tile now holds dh[c])
+    const SnapT* hp = static_cast<const SnapT*>(a.h) + state;
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < DK * DV / 2; i += kThreads) {
+      const int r = i / (DV / 2), col = 2 * (i % (DV / 2));
+      const float2 x = load_pair(hp + r * DV + col), y = load_pair(d_s + r * L::v_stride + col);
+      s += x.x * y.x + x.y * y.y;
+    }
+    state_dot = cd.whole() * s;
+  }
 
   // dK = P^T Q + V dh^T: key rows 16 rt.., query tiles from the diagonal on.
   {
@@ -189,6 +200,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
                     [&](std::uint32_t* f, int n, int k0) { b_rows(f, d_s, L::v_stride, n0 + n, k0, lane); });
     if constexpr (kGated) {  // V dh^T's rows by exp(b_L - b_j), then + P^T Q
       decay_key_rows(acc, cd, 16 * rt, lane);
+      state_dot += acc_dot<E, kN>(acc, k_s, L::k_stride, 16 * rt, n0, lane);  // sum_j k_j . exp(b_L - b_j) dh[c] v_j
       score_term();
       add_row_dots<E, kN>(dots, acc, k_s, L::k_stride, 16 * rt, n0, -1.0f, lane);
       store_row_dots(a, col_half, ch, head, 16 * rt, dots, lane);
@@ -218,6 +230,11 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
       score_term();
     }
     store_rows<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, acc, 16 * rt, n0, ch.length, lane);
+  }
+  if constexpr (kGated) {  // the chunk's <S_{c+1}, dS_{c+1}> whole in part 0
+    const float share = block_sum(state_dot, b_s + kChunk);
+    store_state_part(a, 0, ch, head, share);
+    store_state_part(a, 1, ch, head, 0.0f);
   }
 #endif
 }

@@ -95,7 +95,7 @@ constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTil
 // block and dh of (DK block, DV block).
 template <class E>
 constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
-constexpr std::size_t kGateBytes = kChunk * sizeof(float);
+constexpr std::size_t kGateBytes = (kChunk + 8) * sizeof(float);  // b log2(e), a float per warp
 
 // The chunk's b log2(e) into shared memory, with the first group of copies
 // (tokens past the chunk repeat its last one: their rows are zero).
@@ -153,6 +153,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   // (unbounded heads keep compile-time loop bounds: measured 3.87 against 4.22 ms at 4,8192,16,256).
   const int dk_pairs = kBounded ? steps16(DK - k0) : kN / 2;
   float p[kN][4], gq[kN][4], gk[kN][4];  // P, dO h^T, V dh^T of the warp's 16 rows
+  [[maybe_unused]] float hdh = 0.0f;    // gated: this thread's share of <h[c], dh[c]> over the DK block
   zero(p);
   zero(gq);
   zero(gk);
@@ -164,6 +165,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     if (vb + 1 < nvb) load(vb + 1);
     const E* s = stage + (vb & 1) * 4 * kTileElems;
     const E *o_t = s, *v_t = s + kTileElems, *h_t = s + 2 * kTileElems, *d_t = s + 3 * kTileElems;
+    if constexpr (kGated) hdh += tile_dot<kThreads>(h_t, d_t, kTileStride);  // <h[c], dh[c]> over this block
     const int k_end = kBounded ? 16 * steps16(DV - vb * kGradientBlock) : kGradientBlock;
     mma_rows<E, kN>(p, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, v_t, kTileStride, n, kk, lane); }, rt + 1);
@@ -181,7 +183,11 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
       if constexpr (kGated) gq[nt][e] *= a.scale * cd.row(16 * rt + (lane >> 2) + 8 * (e / 2));
       else gq[nt][e] *= a.scale;
     }
-  if constexpr (kGated) decay_key_rows(gk, cd, 16 * rt, lane);  // V dh^T's rows, before P^T Q is added
+  [[maybe_unused]] float state_dot = 0.0f;  // gated: <S_{c+1}, dh[c]> over the DK block (gate_gradient.hpp)
+  if constexpr (kGated) {
+    decay_key_rows(gk, cd, 16 * rt, lane);  // V dh^T's rows, before P^T Q is added
+    state_dot = cd.whole() * hdh + acc_dot<E, kN>(gk, k_s, kTileStride, 16 * rt, 0, lane);
+  }
   // dQ += P K over the keys up to the diagonal; dK += P^T Q over the queries from it on.
   mma_rows<E, kN>(gq, 0, 16 * (rt + 1), [&](FragOf<E>* f, int kk) { a_rows(f, p_s, kTileStride, 16 * rt, kk, lane); },
                   [&](FragOf<E>* f, int n, int kk) { b_cols(f, k_s, kTileStride, n, kk, lane); }, dk_pairs);
@@ -192,6 +198,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     add_row_dots<E, kN>(dots, gq, q_s, kTileStride, 16 * rt, 0, 1.0f, lane);
     add_row_dots<E, kN>(dots, gk, k_s, kTileStride, 16 * rt, 0, -1.0f, lane);
     store_row_dots(a, blockIdx.x % nkb, ch, head, 16 * rt, dots, lane);
+    store_state_part(a, blockIdx.x % nkb, ch, head, block_sum(state_dot, b_s + kChunk));
   }
   const bool pairs = DK % 2 == 0;
   store_rows_bounded<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, gq, 16 * rt, k0, ch.length, DK, pairs, lane);

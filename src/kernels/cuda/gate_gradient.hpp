@@ -6,13 +6,9 @@
 //    difference of these sums (<= 0: no overflow, kernels/chunk_gate.hpp),
 //    and exp(b_t), the state gradient's weight of token t;
 //  - the chunk kernels' decay factors (ChunkDecays) and their shares of
-//    r_t = q_t . dq_t - k_t . dk_t per column block (add_row_dots, store_row_dots);
-//  - gate_gradient_kernel, after them: dg_t = carry + sum_{s >= t} r_s within
-//    the sequence, carry = <S_T, dht> (S_T from h[last] and the last chunk),
-//    or dg_after where the sequence goes on in a later window, or zero.
-// The sums run in a fixed order: chunk by chunk from the end, within a chunk
-// from its last token, so that a case cut into windows (at chunk boundaries)
-// gets the bits of the whole case.
+//    r_t = q_t . dq_t - k_t . dk_t per column block (add_row_dots, store_row_dots),
+//    and of <S_{c+1}, dS_{c+1}> per chunk (acc_dot, block_sum, store_state_part);
+//  - gate_gradient_kernel, after them: dg within each chunk (below).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -129,81 +125,97 @@ __device__ inline void store_row_dots(const TensorCoreBackwardArgs& a, int part,
   }
 }
 
-constexpr int kGateGradientThreads = 256;
+// Sum over x[row][col] acc[row][col] of this thread's accumulator elements
+// (the mma layout: rows row0 + g, + 8; columns col0 + 8 nt + 2 t4, + 1).
+template <class E, int kN>
+__device__ inline float acc_dot(const float (&acc)[kN][4], const E* x, int stride, int row0, int col0, int lane) {
+  const int g = lane >> 2, t4 = lane & 3;
+  float s = 0.0f;
+  #pragma unroll
+  for (int half = 0; half < 2; ++half)
+    #pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+      const float2 v = load_pair(x + (row0 + g + 8 * half) * stride + col0 + 8 * nt + 2 * t4);
+      s += v.x * acc[nt][2 * half] + v.y * acc[nt][2 * half + 1];
+    }
+  return s;
+}
 
-// One block per (sequence, head): blockIdx.x = head + H * (its entry in a.seqs).
-template <class E, class SnapT>
-__global__ void __launch_bounds__(kGateGradientThreads) gate_gradient_kernel(TensorCoreBackwardArgs a) {
-  const int H = a.H, head = blockIdx.x % H, DK = a.DK, DV = a.DV;
-  const BackwardSequence sq = a.seqs[blockIdx.x / H];
-  if (sq.length == 0) return;
-  const int NT = (sq.length + kChunk - 1) / kChunk, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int first_after = a.num_seqs - a.after_rows;
-  __shared__ float partial[kGateGradientThreads / 32];
-  __shared__ float carry_s;
-  float carry = 0.0f;
-  if (sq.seq >= first_after) {
-    carry = a.dg_after[std::size_t(sq.seq - first_after) * H + head];
-  } else if (a.dht) {  // <S_T, dht>, S_T = exp(b_L) h[last] + sum_j exp(b_L - b_j) k_j v_j^T of the last chunk
-    const std::int64_t t_last = sq.token0 + std::int64_t(NT - 1) * kChunk;
-    const int L = sq.length - (NT - 1) * kChunk;
-    const float* b = a.log2_decay + std::size_t(t_last) * H + head;
-    const float bl = b[std::size_t(L - 1) * H];
-    const SnapT* hl = static_cast<const SnapT*>(a.h) + (std::size_t(sq.h_chunk0 + NT - 1) * H + head) * DK * DV;
-    const float* dht = a.dht + (std::size_t(sq.seq) * H + head) * DK * DV;
-    const E* k = static_cast<const E*>(a.k);
-    const E* v = static_cast<const E*>(a.v);
-    float sum = 0.0f;
-    for (int e = threadIdx.x; e < DK * DV; e += kGateGradientThreads) {
-      const int i = e / DV, j = e % DV;
-      float s = exp2f(bl) * load_one(hl[e]);
-      for (int t = 0; t < L; ++t) {
-        const std::size_t row = (std::size_t(t_last) + t) * H + head;
-        s += exp2f(bl - b[std::size_t(t) * H]) * load_one(k[row * DK + i]) * load_one(v[row * DV + j]);
-      }
-      sum += s * dht[e];
-    }
-    #pragma unroll
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
-    if (lane == 0) partial[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      float total = 0.0f;
-      for (int w = 0; w < kGateGradientThreads / 32; ++w) total += partial[w];
-      carry_s = total;
-    }
-    __syncthreads();
-    carry = carry_s;
+// The block's sum of x in a fixed order (warps by shuffles, then warp by
+// warp), for thread 0; scratch holds a float per warp. Ends with a barrier.
+__device__ inline float block_sum(float x, float* scratch) {
+  #pragma unroll
+  for (int o = 16; o > 0; o /= 2) x += __shfl_xor_sync(0xffffffffu, x, o);
+  if ((threadIdx.x & 31) == 0) scratch[threadIdx.x >> 5] = x;
+  __syncthreads();
+  float total = 0.0f;
+  if (threadIdx.x == 0)
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) total += scratch[w];
+  __syncthreads();
+  return total;
+}
+
+// sum over the tiles' elements of x y, both 64 x 64 [row][col] in shared
+// memory of row stride `stride`, this thread's share (kThreads threads).
+template <int kThreads, class E>
+__device__ inline float tile_dot(const E* x, const E* y, int stride) {
+  float s = 0.0f;
+  for (int i = threadIdx.x; i < kChunk * kChunk / 2; i += kThreads) {
+    const int r = i / (kChunk / 2), c = 2 * (i % (kChunk / 2));
+    const float2 u = load_pair(x + r * stride + c), v = load_pair(y + r * stride + c);
+    s += u.x * v.x + u.y * v.y;
   }
-  if (warp != 0) return;
-  // Chunk by chunk from the end: lane l holds tokens 2l, 2l + 1 of the chunk.
-  for (int c = NT - 1; c >= 0; --c) {
-    const std::int64_t t0 = sq.token0 + std::int64_t(c) * kChunk;
-    const int L = min(kChunk, sq.length - c * kChunk);
-    float r[2];
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int t = 2 * lane + e;
-      float x = 0.0f;
-      if (t < L)
-        for (int p = 0; p < a.dg_parts; ++p) x += a.dg_part[(std::size_t(p) * a.num_tokens + t0 + t) * H + head];
-      r[e] = x;
-    }
-    // Suffix sums within the chunk: the lane's pair, then an inclusive scan from the last lane down.
-    float incl = r[0] + r[1];
-    #pragma unroll
-    for (int step = 1; step < 32; step *= 2) {
-      const float y = __shfl_down_sync(0xffffffffu, incl, step);
-      if (lane + step < 32) incl += y;
-    }
-    float after = __shfl_down_sync(0xffffffffu, incl, 1);
-    if (lane == 31) after = 0.0f;
-    const float s1 = after + r[1], s0 = s1 + r[0];  // sum over the chunk's tokens from 2l + 1 on, from 2l on
-    float* dg = a.dg + std::size_t(t0) * H + head;
-    if (2 * lane < L) dg[std::size_t(2 * lane) * H] = carry + s0;
-    if (2 * lane + 1 < L) dg[std::size_t(2 * lane + 1) * H] = carry + s1;
-    carry += __shfl_sync(0xffffffffu, s0, 0);  // dg at the chunk's first token: the earlier chunk's carry
+  return s;
+}
+
+// This column block's share of <S_{c+1}, dS_{c+1}> for chunk ch (thread 0's value).
+__device__ inline void store_state_part(const TensorCoreBackwardArgs& a, int part, const BackwardChunk& ch, int head,
+                                        float share) {
+  if (threadIdx.x == 0) a.state_part[(std::size_t(part) * a.num_chunks + ch.h_chunk) * a.H + head] = share;
+}
+
+constexpr int kGateGradientThreads = 128;  // 4 warps: one (chunk, head) each
+
+// dg from the chunk kernels' shares, every chunk on its own (README.md "Gated
+// levels"): with b the chunk's cumulative log-decays,
+//   dL/db_i = q_i . dq_i - k_i . dk_i  (+ <S_{c+1}, dS_{c+1}> at the chunk's last token)
+// and g_t enters b_i for the chunk's i >= t only, so
+//   dg_t = sum_{i >= t in the chunk} (q_i . dq_i - k_i . dk_i) + <S_{c+1}, dS_{c+1}>,
+// S_{c+1} = exp(b_L) h[c] + sum_j exp(b_L - b_j) k_j v_j^T the state after the
+// chunk and dS_{c+1} = dh[c] its gradient (the chunk kernels' state_part). No sum
+// runs across chunks: the terms of a long one cancel, and 16-bit errors of dq
+// and dk would grow with it; and a window cut at chunk boundaries gets the
+// whole case's bits with nothing carried.
+// grid: chunks * H / 4 rounded up; warp w of block x takes (chunk, head) number 4x + w.
+static __global__ void __launch_bounds__(kGateGradientThreads) gate_gradient_kernel(TensorCoreBackwardArgs a) {
+  const int lane = threadIdx.x & 31, item = blockIdx.x * (kGateGradientThreads / 32) + (threadIdx.x >> 5);
+  if (item >= a.num_chunks * a.H) return;
+  const int H = a.H, head = item % H;
+  const BackwardChunk ch = a.chunks[item / H];
+  float state = 0.0f;
+  for (int p = 0; p < a.dg_parts; ++p) state += a.state_part[(std::size_t(p) * a.num_chunks + ch.h_chunk) * H + head];
+  float r[2];  // lane l: tokens 2l, 2l + 1
+  #pragma unroll
+  for (int e = 0; e < 2; ++e) {
+    const int t = 2 * lane + e;
+    float x = 0.0f;
+    if (t < ch.length)
+      for (int p = 0; p < a.dg_parts; ++p) x += a.dg_part[(std::size_t(p) * a.num_tokens + ch.token0 + t) * H + head];
+    r[e] = x;
   }
+  // Suffix sums: the lane's pair, then an inclusive scan from the last lane down.
+  float incl = r[0] + r[1];
+  #pragma unroll
+  for (int step = 1; step < 32; step *= 2) {
+    const float y = __shfl_down_sync(0xffffffffu, incl, step);
+    if (lane + step < 32) incl += y;
+  }
+  float after = __shfl_down_sync(0xffffffffu, incl, 1);
+  if (lane == 31) after = 0.0f;
+  const float s1 = after + r[1], s0 = s1 + r[0];
+  float* dg = a.dg + std::size_t(ch.token0) * H + head;
+  if (2 * lane < ch.length) dg[std::size_t(2 * lane) * H] = state + s0;
+  if (2 * lane + 1 < ch.length) dg[std::size_t(2 * lane + 1) * H] = state + s1;
 }
 
 }  // namespace linattn::cuda::detail

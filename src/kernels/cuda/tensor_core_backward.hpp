@@ -82,8 +82,8 @@ inline BackwardWork backward_work(int B, std::int64_t T, const std::vector<std::
 // Runs both kernels on `stream`. E: the inputs' and outputs' type
 // (__nv_bfloat16, __half or float); SnapT: h's (E, __nv_bfloat16 or float).
 // args.seqs, args.chunks and dh's padding are set here; dh is allocated here.
-// Gated: args.g or args.g_gamma, args.dg, and args.dg_after with after_rows
-// (or null and 0); the decays and dg's shares are allocated here.
+// Gated: args.g or args.g_gamma, and args.dg; the decays and dg's shares are
+// allocated here.
 // compact: the whole-head chunk kernel shares one tile between h[c] and dh[c].
 template <class E, class SnapT>
 void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T,
@@ -114,16 +114,18 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   const bool gated = args.g != nullptr || args.g_gamma != nullptr;
   const int chunk_heads = static_cast<int>(work.chunks.size() * args.H);
   args.num_tokens = static_cast<std::int64_t>(B) * T;
-  args.num_seqs = static_cast<int>(work.seqs.size());
+  args.num_chunks = static_cast<int>(work.chunks.size());
   args.dg_parts = !gated ? 0 : whole_head ? 2 : (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
   const std::size_t token_heads = gated ? std::size_t(args.num_tokens) * args.H : 0;
   StreamBuffer decays(2 * token_heads * sizeof(float), stream, "tensor-core backward: chunk decays");
-  StreamBuffer dg_part(token_heads * args.dg_parts * sizeof(float), stream, "tensor-core backward: dg shares");
+  StreamBuffer dg_part((token_heads + (gated ? std::size_t(chunk_heads) : 0)) * args.dg_parts * sizeof(float), stream,
+                       "tensor-core backward: dg shares");
   if (gated) {
     if (!args.dg) throw std::invalid_argument("tensor-core backward: a gate needs dg");
     args.log2_decay = decays.as<float>();
     args.row_decay = args.log2_decay + token_heads;
     args.dg_part = dg_part.as<float>();
+    args.state_part = args.dg_part + token_heads * args.dg_parts;
     if (chunk_heads > 0) {
       constexpr int per_block = detail::kLogDecayThreads / 32;
       detail::chunk_log_decay_kernel<<<(chunk_heads + per_block - 1) / per_block, detail::kLogDecayThreads, 0, stream>>>(
@@ -171,9 +173,11 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   if (work.chunks.empty()) return;
   // dg from the chunk kernels' shares, once they are done (same stream).
   auto gate_gradient = [&] {
-    if (gated)
-      detail::launch(detail::gate_gradient_kernel<E, SnapT>, 0, static_cast<int>(walks), detail::kGateGradientThreads,
-                     args, stream, "tensor-core backward: dg");
+    if (gated) {
+      constexpr int per_block = detail::kGateGradientThreads / 32;
+      detail::launch(detail::gate_gradient_kernel, 0, (chunk_heads + per_block - 1) / per_block,
+                     detail::kGateGradientThreads, args, stream, "tensor-core backward: dg");
+    }
   };
   if (!whole_head) {
     const int nkb = (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
