@@ -25,10 +25,10 @@ inline double output_level(DType input, DType stored, bool materialized_reads_bf
   return stored_level(input, stored) + (materialized_reads_bf16_snapshots ? unit_roundoff(DType::bf16) : 0.0);
 }
 
-// The gate's gradient dg_t sums q . dq - k . dk over the rest of its sequence
-// (README.md, "Gated levels"): fp32 accumulation of such long sums is held to
+// The gate's gradient dg_t sums q . dq - k . dk and a state dot within its
+// chunk (README.md, "Gated levels"): fp32 accumulation of such sums is held to
 // 1e-4 (fp64: 1e-11); bf16 snapshots enter it twice, through dq's inter-chunk
-// term and through the final state S_T rebuilt from the last snapshot, each a
+// term and through the state after the chunk rebuilt from its snapshot, each a
 // rounding of u_bf16.
 inline double gate_gradient_level(DType input, bool bf16_snapshots) {
   return (input == DType::f64 ? 1e-11 : 1e-4) + (bf16_snapshots ? 2 * unit_roundoff(DType::bf16) : 0.0);
