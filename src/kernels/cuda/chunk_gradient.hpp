@@ -111,9 +111,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   copy_tile_async<kThreads>(k_s, L::k_stride, static_cast<const E*>(a.k) + tok * DK, qk_row, kChunk, DK, ch.length);
   copy_tile_async<kThreads>(v_s, L::v_stride, static_cast<const E*>(a.v) + tok * DV, v_row, kChunk, DV, ch.length);
   copy_tile_async<kThreads>(o_s, L::v_stride, static_cast<const E*>(a.d_o) + tok * DV, v_row, kChunk, DV, ch.length);
-  if constexpr (kGated)
-    if (threadIdx.x < kChunk)  // tokens past the chunk repeat its last one (their rows are zero)
-      cp_async4(b_s + threadIdx.x, a.log2_decay + (std::size_t(ch.token0) + min(int(threadIdx.x), ch.length - 1)) * H + head, 4);
+  if constexpr (kGated) load_decays_async(b_s, a, ch, head);
   cp_async_commit();
   if constexpr (std::is_same<SnapT, E>::value) {
     copy_tile_async<kThreads>(h_s, L::v_stride, static_cast<const E*>(a.h) + state, DV, DK, DV, DK);

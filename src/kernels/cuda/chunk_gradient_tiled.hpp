@@ -97,13 +97,6 @@ template <class E>
 constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
 constexpr std::size_t kGateBytes = (kChunk + 8) * sizeof(float);  // b log2(e), a float per warp
 
-// The chunk's b log2(e) into shared memory, with the first group of copies
-// (tokens past the chunk repeat its last one: their rows are zero).
-__device__ inline void load_decays_async(float* b_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head) {
-  if (threadIdx.x < kChunk)
-    cp_async4(b_s + threadIdx.x, a.log2_decay + (std::size_t(ch.token0) + min(int(threadIdx.x), ch.length - 1)) * a.H + head, 4);
-}
-
 // blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
 // chunk run side by side and share its dO and V in L2.
 template <class E, class SnapT, bool kBounded, bool kGated = false>

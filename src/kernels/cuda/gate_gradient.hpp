@@ -54,12 +54,12 @@ static __global__ void __launch_bounds__(kLogDecayThreads) chunk_log_decay_kerne
   }
 }
 
-// A chunk's b log2(e) in shared memory (64 floats; tokens past the chunk
+// The chunk's b log2(e) into shared memory (64 floats), as one more
+// asynchronous copy of the caller's current group (tokens past the chunk
 // repeat its last one, so that their factors are finite: their rows are zero).
-__device__ inline void load_chunk_decays(float* dst, const TensorCoreBackwardArgs& a, const BackwardChunk& ch,
-                                         int head) {
-  for (int t = threadIdx.x; t < kChunk; t += blockDim.x)
-    dst[t] = a.log2_decay[(std::size_t(ch.token0) + min(t, ch.length - 1)) * a.H + head];
+__device__ inline void load_decays_async(float* b_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head) {
+  if (threadIdx.x < kChunk)
+    cp_async4(b_s + threadIdx.x, a.log2_decay + (std::size_t(ch.token0) + min(int(threadIdx.x), ch.length - 1)) * a.H + head, 4);
 }
 
 // The factors of kernels/chunk_gate.hpp from the chunk's b log2(e) (ChunkDecays::b, in shared memory).
@@ -78,9 +78,6 @@ __device__ inline float2 load_pair(const __nv_bfloat16* p) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p));
 }
 __device__ inline float2 load_pair(const __half* p) { return __half22float2(*reinterpret_cast<const __half2*>(p)); }
-__device__ inline float load_one(float x) { return x; }
-__device__ inline float load_one(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ inline float load_one(__half x) { return __half2float(x); }
 
 // dot[half] += sum over the warp's 8 kN columns col0.. of x[row][col] acc[row][col]
 // for its rows g + 8 half (the accumulator layout of mma m16n8k16), x a tile
