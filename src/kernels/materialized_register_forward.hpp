@@ -94,11 +94,10 @@ struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
       if constexpr (kGated) {
         const auto decay = register_tiles::chunk_decay_rows<true>(m, tl.q_s, lay, C, views, b, t0, L, h);
         m.team_barrier();
-        const register_tiles::DecayedKeys<Acc> keys{decay.b};
         for (int u = 0; u < kS; ++u)
           if (dr[u] < DK) {
             register_tiles::decay_state_tile(s[u], decay);  // S = exp(b_L) S + (decayed K)^T V
-            tl.template add_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L), keys);
+            tl.template add_decayed_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L), decay);
           }
       } else {
         m.team_barrier();

@@ -8,9 +8,9 @@
 //   state update keys  k_j  *= exp(b_L - b_j),  S *= exp(b_L)
 // Every exponent is a difference of cumulative sums (<= 0). The gated
 // kernels are instantiations of their own (kGated); level 1's call none of
-// these, hold NoDecay, and weigh the state pass's keys by PlainKeys, which
-// leave every product as it was. The gated steps with tiles of their own are
-// ChunkTiles::add_decayed_state_update, decay_scores and decayed_outputs.
+// these and hold NoDecay. The gated steps that read the staged tiles are
+// ChunkTiles' add_decayed_state_update(_rows), decay_scores and
+// decayed_outputs, beside level 1's unchanged steps.
 #pragma once
 
 #include "kernels/chunk_gate.hpp"
@@ -23,18 +23,6 @@ namespace register_tiles {
 // nothing, so that level 1's kernels carry no decay state (the gated kernels
 // are instantiations of their own).
 struct NoDecay {};
-
-// Key weights of the state pass's K^T V (ChunkTiles::add_state_update_rows),
-// applied to key j's widened V row: none at level 1, exp(b_L - b_j) with a gate.
-struct PlainKeys {
-  template <class Acc>
-  KOKKOS_INLINE_FUNCTION Acc weigh(int, Acc x) const { return x; }
-};
-template <class Acc>
-struct DecayedKeys {
-  Tile<Acc> b;  // ChunkDecay::b
-  KOKKOS_INLINE_FUNCTION Acc weigh(int j, Acc x) const { return b(2, j) * x; }
-};
 
 // Rows ir.. of an RX x RY tile by exp(b_i).
 template <class Acc, int RX, int RY>

@@ -381,10 +381,9 @@ struct ChunkTiles {
   // rows dr.., columns jc.. (RX a multiple of 4), with K staged by rows
   // (stage_k_rows): the state pass's product. Each key's K and V quads are
   // widened once and used RX x 4 times (8 rows: 12 loads and conversions per
-  // 128 FMAs; 4 rows: 8 per 64). Keys: PlainKeys, or DecayedKeys with a gate.
-  template <int RX, class Keys = PlainKeys>
-  KOKKOS_INLINE_FUNCTION void add_state_update_rows(Acc (&s)[RX][R], int dr, int jc, int L4,
-                                                    const Keys& keys = {}) const {
+  // 128 FMAs; 4 rows: 8 per 64).
+  template <int RX>
+  KOKKOS_INLINE_FUNCTION void add_state_update_rows(Acc (&s)[RX][R], int dr, int jc, int L4) const {
     for (int t = 0; t < L4; t += R) {
       Acc kf[R][RX], vf[R][R];
       for (int e = 0; e < R; ++e) {
@@ -393,7 +392,29 @@ struct ChunkTiles {
           for (int x = 0; x < R; ++x) kf[e][xq + x] = to_acc<Acc>(kq.v[x]);
         }
         const Quad<In> vq = load_quad(v_s + (t + e) * vs + jc);
-        for (int y = 0; y < R; ++y) vf[e][y] = keys.weigh(t + e, to_acc<Acc>(vq.v[y]));
+        for (int y = 0; y < R; ++y) vf[e][y] = to_acc<Acc>(vq.v[y]);
+      }
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < RX; ++x)
+          for (int y = 0; y < R; ++y) s[x][y] += kf[e][x] * vf[e][y];
+    }
+  }
+
+  // The gated add_state_update_rows (a step of its own, as
+  // add_decayed_state_update): key j's widened V row weighted by exp(b_L - b_j).
+  template <int RX>
+  KOKKOS_INLINE_FUNCTION void add_decayed_state_update_rows(Acc (&s)[RX][R], int dr, int jc, int L4,
+                                                            const ChunkDecay<Acc>& decay) const {
+    for (int t = 0; t < L4; t += R) {
+      Acc kf[R][RX], vf[R][R];
+      for (int e = 0; e < R; ++e) {
+        for (int xq = 0; xq < RX; xq += R) {
+          const Quad<In> kq = load_quad(kt_s + (t + e) * qs + dr + xq);
+          for (int x = 0; x < R; ++x) kf[e][xq + x] = to_acc<Acc>(kq.v[x]);
+        }
+        const Quad<In> vq = load_quad(v_s + (t + e) * vs + jc);
+        const Acc w = decay.b(2, t + e);
+        for (int y = 0; y < R; ++y) vf[e][y] = to_acc<Acc>(vq.v[y]) * w;
       }
       for (int e = 0; e < R; ++e)
         for (int x = 0; x < RX; ++x)
