@@ -1,14 +1,15 @@
 // The gated forward (levels 2 and 3: kernels/chunk_gate.hpp, the gate as a
-// policy of the chunk steps) on the TeamPolicy kernels: every variant on
-// kokkoskernels (and hosttile on host backends), fp64, fp32, bf16 and fp16,
-// RetNet's per-head gammas and per-token decays strong, weak and moderate,
-// plain and packed batches (lengths 1, 63, 64, 65, 300), initial states,
-// DK != DV, chunks 16 and 64, outputs poisoned first: o, h and final_state
-// against the fp64 chunked reference (reference/gated.hpp) at the levels of
-// core/accuracy_levels.hpp. A gate of zeros gives level 1's bits; the
-// register-blocked kernels, which do not take a gate yet, refuse it; bad gates
-// are refused. On CUDA builds the same tests run the kokkoskernels path (the
-// gated tensor-core forward: test_tensor_core_gated.cpp).
+// policy of the chunk steps) on the TeamPolicy kernels and the register-blocked
+// kernels (kernels/register_gate.hpp): every variant on kokkoskernels (and
+// hosttile on host backends), fused and materialized on registers, fp64, fp32,
+// bf16 and fp16, RetNet's per-head gammas and per-token decays strong, weak and
+// moderate, plain and packed batches (lengths 1, 63, 64, 65, 300), initial
+// states, DK != DV (and heads that are not whole register tiles), chunks 16
+// and 64, outputs poisoned first: o, h and final_state against the fp64
+// chunked reference (reference/gated.hpp) at the levels of
+// core/accuracy_levels.hpp. A gate of zeros gives level 1's bits; bad gates
+// are refused. On CUDA builds the same tests run the kokkoskernels and
+// registers paths (the gated tensor-core forward: test_tensor_core_gated.cpp).
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -43,10 +44,12 @@ Tensor gate_tensor(const Problem& p, const TestGate& g) {
 
 bool same_bits(const Tensor& a, const Tensor& b) { return a.shape == b.shape && a.dtype == b.dtype && a.bytes == b.bytes; }
 
-std::vector<GemmPath> paths() {
+// The tile-product paths that run `variant` on this backend.
+std::vector<GemmPath> paths(Variant variant) {
   std::vector<GemmPath> v = {GemmPath::kokkos_kernels};
   if (host_execution)
     v.push_back(GemmPath::host_tile);
+  if (variant == Variant::fused || variant == Variant::materialized) v.push_back(GemmPath::registers);
   return v;
 }
 
@@ -81,13 +84,14 @@ ForwardOutput expect_gated_matches(const Problem& p, Variant variant, GemmPath p
 }
 
 TEST(GatedKernels, EveryVariantPathAndTypeMatchesReference) {
+  // The last two: heads that are not whole 4 x 4 register tiles, packed at chunk 16.
   const Problem problems[] = {problem(2, 150, 2, 16, 24, 64), packed({1, 63, 64, 65, 300}, 2, 8, 12, 64),
-                              problem(1, 70, 3, 12, 8, 16)};
+                              problem(1, 70, 3, 12, 8, 16), packed({1, 63, 64, 65, 300}, 1, 10, 6, 16)};
   std::uint64_t seed = 27000;
   for (const Problem& p : problems)
     for (const TestGate& g : gate_cases(p, seed))
       for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent})
-        for (GemmPath path : paths())
+        for (GemmPath path : paths(variant))
           for (DType dtype : {DType::f64, DType::f32, DType::bf16, DType::f16})
             for (bool with_state : {false, true}) expect_gated_matches(p, variant, path, dtype, g, with_state, ++seed);
 }
@@ -98,7 +102,7 @@ TEST(GatedKernels, ZeroGateGivesLevelOneBits) {
   const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 64);
   for (GateKind kind : {GateKind::per_head, GateKind::per_token})
     for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute})
-      for (GemmPath path : paths()) {
+      for (GemmPath path : paths(variant)) {
         SCOPED_TRACE(std::string(variant_name(variant)) + " " + gemm_path_name(path) + " " + gate_dataset_name(kind));
         const ProblemInputs in = random_inputs(p, DType::f32, 27500, true);
         const std::vector<std::int64_t> shape = gate_shape(p, kind);
@@ -161,8 +165,11 @@ TEST(GatedKernels, BadGatesAreRefused) {
   cfg.normalize = true;
   EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("normalize with a gate"), std::string::npos);
   cfg.normalize = false;
-  cfg.gemm = GemmPath::registers;
-  EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("do not take a decay gate yet"), std::string::npos);
+  cfg.gemm = GemmPath::registers;  // the register-blocked kernels take a gate, and check it as every path does
+  EXPECT_EQ(run_with(g, {1, 10, 2}).gemm, GemmPath::registers);
+  g[7] = 0.25;
+  EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("element 7"), std::string::npos);
+  g[7] = -0.5;
   cfg.gemm = GemmPath::tensor_core;  // chunk 16: never on tensor cores, gated or not
   EXPECT_NE(message([&] { run_with(g, {1, 10, 2}); }).find("not available"), std::string::npos);
 }

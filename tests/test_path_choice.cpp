@@ -307,15 +307,24 @@ TEST(PathChoice, PackedWithTensorCoreRuns) {
 }
 
 // Gates (levels 2 and 3) run on the TeamPolicy kernels (kokkoskernels,
-// hosttile) and on tensor cores over whole sequences; not yet on registers.
-TEST(PathChoice, GatesRunOnTeamPolicyAndTensorCoreKernels) {
+// hosttile), on the register-blocked kernels (fused and materialized, where
+// the plan with the gate's decay rows fits) and on tensor cores over whole
+// sequences.
+TEST(PathChoice, GatesRunOnTeamPolicyRegisterAndTensorCoreKernels) {
   PathFacts f = on_host();
   f.gated = true;
   EXPECT_EQ(path_of(f), GemmPath::host_tile);
   f.requested = GemmPath::kokkos_kernels;
   EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
   f.requested = GemmPath::registers;
-  EXPECT_TRUE(contains(refusal_of(f), "do not take a decay gate yet")) << refusal_of(f);
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.variant = Variant::materialized;
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.variant = Variant::recompute;
+  EXPECT_TRUE(contains(refusal_of(f), "only the fused and materialized variants")) << refusal_of(f);
+  f.variant = Variant::fused;
+  f.register_plan_refusal = "the tiles need more team scratch than the backend offers";
+  EXPECT_TRUE(contains(refusal_of(f), "the tiles need more team scratch")) << refusal_of(f);
   PathFacts g = on_cuda();
   g.gated = true;
   EXPECT_EQ(path_of(g), GemmPath::tensor_core);
@@ -329,7 +338,9 @@ TEST(PathChoice, GatesRunOnTeamPolicyAndTensorCoreKernels) {
   g.requested = GemmPath::automatic;
   EXPECT_TRUE(contains(refusal_of(g), "whole sequences only")) << refusal_of(g);
   g.segments = 0;
-  g.input = DType::f64;  // no tensor cores: the TeamPolicy kernel
+  g.input = DType::f64;  // no tensor cores: the register-blocked kernels, as at level 1
+  EXPECT_EQ(path_of(g), GemmPath::registers);
+  g.register_plan_refusal = "the tiles need more team scratch than the backend offers";  // else the TeamPolicy kernel
   EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
 }
 

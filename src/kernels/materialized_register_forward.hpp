@@ -5,6 +5,12 @@
 //     the chunks, h[c] = S is stored from registers, S += K^T V;
 //   kernel 2, league (chunk, DV block, head), all chunks at once: O = scale
 //     (Q h[c] + tril(Q K^T) V) with h[c] read back in the snapshot type.
+// Gated (README.md "Gated levels"; the instantiations kGated, so that level
+// 1's kernels are compiled as they were), each kernel computes a chunk's decay
+// rows once per team (chunk_decay) and its gated steps apply them
+// (register_gate.hpp): kernel 1 S = exp(b_L) S + K^T V with keys by
+// exp(b_L - b_j), kernel 2 the rows of Q h[c] by exp(b_i) and the scores by
+// exp(b_i - b_j).
 #pragma once
 
 #include "kernels/kernel_shape.hpp"
@@ -41,7 +47,7 @@ inline int state_pass_team(int DK, int W, int rows) {
   return (state_pass_tiles(DK, W, rows) + 31) / 32 * 32;
 }
 
-template <class Views, class Snapshots, int RX>
+template <class Views, class Snapshots, int RX, bool kGated>
 struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
@@ -85,9 +91,19 @@ struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
         for (int x = 0; x < RX && dr[u] + x < DK; ++x)
           register_tiles::store_rounded(&snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u]), s[u][x],
                                         W - jc[u], quad_h);
-      m.team_barrier();
-      for (int u = 0; u < kS; ++u)
-        if (dr[u] < DK) tl.template add_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L));
+      if constexpr (kGated) {
+        const auto decay = register_tiles::chunk_decay_rows<true>(m, tl.q_s, lay, C, views, b, t0, L, h);
+        m.team_barrier();
+        for (int u = 0; u < kS; ++u)
+          if (dr[u] < DK) {
+            register_tiles::decay_state_tile(s[u], decay);  // S = exp(b_L) S + (decayed K)^T V
+            tl.template add_decayed_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L), decay);
+          }
+      } else {
+        m.team_barrier();
+        for (int u = 0; u < kS; ++u)
+          if (dr[u] < DK) tl.template add_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L));
+      }
     }
     for (int u = 0; u < kS; ++u)
       for (int x = 0; x < RX && dr[u] + x < DK; ++x)
@@ -96,7 +112,7 @@ struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
   }
 };
 
-template <class Views, class Snapshots>
+template <class Views, class Snapshots, bool kGated>
 struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
@@ -123,9 +139,12 @@ struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
     tl.stage_q(views.q, b, t0, L, h, quad_qk);
     tl.stage_kt(views.k, b, t0, L, h, quad_qk);
     tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
+    [[maybe_unused]] const auto decay = register_tiles::chunk_decay_rows<kGated>(m, tl.q_s, lay, C, views, b, t0, L, h);
     m.team_barrier();
     register_tiles::RegTile<Acc> a[kA];
     for (int u = 0; u < kA; ++u) tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
+    if constexpr (kGated)
+      for (int u = 0; u < kA; ++u) tl.decay_scores(a[u], tl.my_tile(u, tl.score_tiles), L, decay);
     m.team_barrier();  // K^T is no longer read: R2 takes h[c], zero past DK and W
     const int W4 = register_tiles::round4(W);
     for (int e = tl.rank; e < tl.DK4 * W4; e += tl.TS) {
@@ -133,34 +152,36 @@ struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
       tl.s_s[d * tl.ss + j] = d < DK && j < W ? to_acc<Acc>(snapshots(seq.h_b, seq.h_c0 + c, h, d, d0 + j)) : Acc(0);
     }
     m.team_barrier();
-    tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
+    if constexpr (kGated) tl.template decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
+    else tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
   }
 };
 
-template <class Views, class Snapshots>
-ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views, const Snapshots& snapshots,
-                                            const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
+// The two kernels, gated (kGated: views.gated()) or level 1.
+template <bool kGated, class Views, class Snapshots>
+ScratchPlan run_materialized_registers_on(const Problem& p, const Views& views, const Snapshots& snapshots,
+                                          const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
-  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size);
+  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size, kGated);
   const KernelShape shape = kernel_shape(p);
   const int C = shape.C, DK = shape.DK, w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));
-  const register_tiles::Layout lay = register_tiles::make_layout<In, Acc>(C, DK, w);
+  const register_tiles::Layout lay = register_tiles::make_layout<In, Acc>(C, DK, w, kGated);
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);
   const bool quad_v = p.DV % 4 == 0 && w % 4 == 0 && register_tiles::quad_aligned(views.v) &&
                       register_tiles::quad_aligned(views.o);
   const auto scratch = Kokkos::PerTeam(plan.scratch.bytes);
   {
     ScopedRegion region("linattn::materialized_registers::states");
-    const register_tiles::Layout state_lay = register_tiles::make_state_pass_layout<In>(C, DK, w);
+    const register_tiles::Layout state_lay = register_tiles::make_state_pass_layout<In, Acc>(C, DK, w, kGated);
     const std::size_t bytes = state_lay.bytes + register_tiles::kScratchAlignment;
     const int state_level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
     const bool quad_h = quad_v && register_tiles::quad_aligned(snapshots);
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     auto run = [&](auto rows) {
       constexpr int RX = decltype(rows)::value;
-      const MaterializedRegisterStatePass<Views, Snapshots, RX> kernel{
+      const MaterializedRegisterStatePass<Views, Snapshots, RX, kGated> kernel{
           shape, {w, num_blocks, state_level}, views, snapshots, seqs, state_lay, quad_qk, quad_v, quad_h};
       Kokkos::parallel_for("linattn::materialized_registers_states",
                            StatePassPolicy(league, state_pass_team(DK, w, RX))
@@ -172,13 +193,20 @@ ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");
-    const MaterializedRegisterOutputPass<Views, Snapshots> kernel{
+    const MaterializedRegisterOutputPass<Views, Snapshots, kGated> kernel{
         shape, {w, num_blocks, plan.scratch.level}, views, snapshots, seqs, static_cast<Acc>(p.scale), lay, quad_qk, quad_v};
     const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
     Kokkos::parallel_for("linattn::materialized_registers_outputs",
                          RegisterPolicy(league, plan.team_size).set_scratch_size(plan.scratch.level, scratch), kernel);
   }
   return plan.scratch;
+}
+
+template <class Views, class Snapshots>
+ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views, const Snapshots& snapshots,
+                                            const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
+  if (views.gated()) return run_materialized_registers_on<true>(p, views, snapshots, seqs, block_dv, team_size);
+  return run_materialized_registers_on<false>(p, views, snapshots, seqs, block_dv, team_size);
 }
 
 // Uses the caller's snapshot View when present; otherwise an internal buffer

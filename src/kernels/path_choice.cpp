@@ -76,7 +76,6 @@ std::string tensor_core_refusal(const PathFacts& f) {
 std::string register_refusal(const PathFacts& f) {
   if (f.variant != Variant::fused && f.variant != Variant::materialized)
     return "only the fused and materialized variants have register-blocked kernels";
-  if (f.gated) return "the register-blocked kernels do not take a decay gate yet (the TeamPolicy kernels do)";
   return f.register_plan_refusal;
 }
 

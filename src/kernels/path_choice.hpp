@@ -46,7 +46,8 @@ struct PathFacts {
   // 0 or 1); the register-blocked kernels do not yet.
   bool gated = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
-  // scratch for these types and this shape; otherwise its reason.
+  // scratch for these types, this shape and the gate (its decay rows);
+  // otherwise its reason.
   std::string register_plan_refusal;
 };
 

@@ -17,13 +17,17 @@
 //   R1: Q [C][DK] (input type), then the scores A [C][C] (accumulation type)
 //   R2: K^T [DK][C] (input type), then the state S [DK][W] (accumulation type)
 //   R3: V [C][W] (input type)
+//   with a gate, after them: the chunk's decay rows b [3][C] (accumulation
+//   type; chunk_gate.hpp), filled once per chunk, applied by register_gate.hpp
 // Elements past DK, W or the chunk's L tokens are staged as zeros, so that
 // whole quads and tiles can be computed without bounds checks.
 #pragma once
 
 #include "core/half_types.hpp"
 #include "core/problem.hpp"
+#include "kernels/chunk_gate.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/register_gate.hpp"
 #include "kernels/scratch_plan.hpp"
 
 #include <algorithm>
@@ -87,8 +91,37 @@ struct Layout {
   std::size_t r2, r3, bytes;                               // byte offsets of R2 and R3, total
 };
 
+// A gate's decay rows (kDecayRows x C, accumulation type) are a layout's last
+// bytes: make_layout and make_state_pass_layout add them when gated, and the
+// gated kernels find them from the end (decay_rows_at), so that Layout and
+// ChunkTiles stay what level 1 compiles.
+template <class Acc>
+KOKKOS_INLINE_FUNCTION std::size_t decay_rows_bytes(int C) {
+  return (std::size_t(kDecayRows) * C * sizeof(Acc) + 15) / 16 * 16;  // align16
+}
+// `base`: the start of the team's layout (ChunkTiles::q_s).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION Acc* decay_rows_at(void* base, const Layout& l, int C) {
+  return reinterpret_cast<Acc*>(static_cast<char*>(base) + l.bytes - decay_rows_bytes<Acc>(C));
+}
+
+// The chunk's decay (chunk_decay into the decay rows of the team's layout
+// `lay` at `base`, ChunkTiles::q_s) in a gated instantiation; NoDecay at level
+// 1. The caller's next barrier publishes it.
+template <bool kGated, class Views>
+KOKKOS_INLINE_FUNCTION auto chunk_decay_rows(const Member& m, void* base, const Layout& lay, int C, const Views& views,
+                                             int bb, int t0, int L, int h) {
+  using Acc = typename Views::acc_type;
+  if constexpr (kGated) {
+    const Tile<Acc> rows(decay_rows_at<Acc>(base, lay, C), kDecayRows, C);
+    return chunk_decay(m, rows, views, bb, t0, L, h);
+  } else {
+    return NoDecay{};
+  }
+}
+
 template <class In, class Acc>
-Layout make_layout(int C, int DK, int W) {
+Layout make_layout(int C, int DK, int W, bool gated = false) {
   Layout l;
   l.q_stride = padded_stride(DK);
   l.kt_stride = padded_stride(C);
@@ -101,22 +134,22 @@ Layout make_layout(int C, int DK, int W) {
   const std::size_t r1 = align16(std::max(q, a)), r2 = align16(std::max(kt, st));
   l.r2 = r1;
   l.r3 = r1 + r2;
-  l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In));
+  l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + (gated ? decay_rows_bytes<Acc>(C) : 0);
   return l;
 }
 
 // The state pass's layout: R2 = K by rows [C][q_stride] at the start, R3 = V
 // after it, no R1 (about 22 KB for bf16 at chunk 64, DK 128, W 32, against
-// 37 KB for the full layout: more teams fit an SM).
-template <class In>
-Layout make_state_pass_layout(int C, int DK, int W) {
+// 37 KB for the full layout: more teams fit an SM); a gate's decay rows last.
+template <class In, class Acc>
+Layout make_state_pass_layout(int C, int DK, int W, bool gated = false) {
   Layout l{};
   l.q_stride = padded_stride(DK);
   l.v_stride = padded_stride(W);
   l.r2 = 0;
   // one quad of slack: the 8-row tiles read up to 4 elements past round4(DK) in the last row
   l.r3 = align16((std::size_t(C) * l.q_stride + kTile) * sizeof(In));
-  l.bytes = l.r3 + align16(std::size_t(C) * l.v_stride * sizeof(In));
+  l.bytes = l.r3 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + (gated ? decay_rows_bytes<Acc>(C) : 0);
   return l;
 }
 
@@ -125,7 +158,9 @@ Layout make_state_pass_layout(int C, int DK, int W) {
 // scratch (block_dv > 0 asks for one width); when no width fits level 0 (fp32
 // and fp64 inputs stage 4-8 byte tiles), the widest that fits the team, on
 // level 1. team_size 0 takes the smallest team (a multiple of 32) that holds
-// every tile; on a host backend the team is one thread.
+// every tile; on a host backend the team is one thread. `gated`: the layouts
+// carry the decay rows, so that a gate may narrow the width, move it to level
+// 1 or leave no plan.
 struct Plan {
   ScratchPlan scratch;
   int team_size = 0;
@@ -133,7 +168,7 @@ struct Plan {
 };
 
 template <class In, class Acc>
-Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size) {
+Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size, bool gated = false) {
   const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV);
   std::vector<int> widths;
   if (block_dv > 0) {
@@ -149,7 +184,7 @@ Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size) {
   auto need = [](int tiles_, int slots) { return (tiles_ + slots - 1) / slots; };
   Plan level1, none;
   for (int w : widths) {
-    const std::size_t bytes = make_layout<In, Acc>(C, DK, w).bytes + kScratchAlignment;
+    const std::size_t bytes = make_layout<In, Acc>(C, DK, w, gated).bytes + kScratchAlignment;
     const int needed = std::max({need(tiles(DK) * tiles(w), kStateSlots), need(tiles(C) * tiles(C), kScoreSlots),
                                  need(tiles(C) * tiles(w), kOutputSlots)});
     const int ts = team_size > 0 ? team_size : (host_execution ? 1 : (needed + 31) / 32 * 32);
@@ -318,6 +353,30 @@ struct ChunkTiles {
     }
   }
 
+  // The gated add_state_update: key j weighted by exp(b_L - b_j) (register_gate.hpp),
+  // a step of its own so that level 1's stays the code it was. The four keys'
+  // weights meet the widened K^T quads before the products, which then have
+  // level 1's form: weighting V inside the product made the host compiler
+  // vectorize it into scalar products and separate adds, no FMAs, and a zero
+  // gate lost level 1's bits (tests/test_gated_kernels.cpp, ZeroGateGivesLevelOneBits).
+  KOKKOS_INLINE_FUNCTION void add_decayed_state_update(RegTile<Acc>& ds, int tile, int L4,
+                                                       const ChunkDecay<Acc>& decay) const {
+    if (tile < 0) return;
+    const int dr = R * (tile / wt), jc = R * (tile % wt);
+    for (int t = 0; t < L4; t += R) {
+      Quad<In> kq[R], vq[R];
+      for (int x = 0; x < R; ++x) kq[x] = load_quad(kt_s + (dr + x) * ks + t);
+      for (int e = 0; e < R; ++e) vq[e] = load_quad(v_s + (t + e) * vs + jc);
+      Acc w[R], kf[R][R];
+      for (int e = 0; e < R; ++e) w[e] = decay.b(2, t + e);
+      for (int x = 0; x < R; ++x)
+        for (int e = 0; e < R; ++e) kf[x][e] = to_acc<Acc>(kq[x].v[e]) * w[e];
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) ds[x][y] += kf[x][e] * to_acc<Acc>(vq[e].v[y]);
+    }
+  }
+
   // s += K^T V over the chunk's first L4 keys for the RX x 4 tile at state
   // rows dr.., columns jc.. (RX a multiple of 4), with K staged by rows
   // (stage_k_rows): the state pass's product. Each key's K and V quads are
@@ -334,6 +393,28 @@ struct ChunkTiles {
         }
         const Quad<In> vq = load_quad(v_s + (t + e) * vs + jc);
         for (int y = 0; y < R; ++y) vf[e][y] = to_acc<Acc>(vq.v[y]);
+      }
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < RX; ++x)
+          for (int y = 0; y < R; ++y) s[x][y] += kf[e][x] * vf[e][y];
+    }
+  }
+
+  // The gated add_state_update_rows (a step of its own, as
+  // add_decayed_state_update): key j's widened V row weighted by exp(b_L - b_j).
+  template <int RX>
+  KOKKOS_INLINE_FUNCTION void add_decayed_state_update_rows(Acc (&s)[RX][R], int dr, int jc, int L4,
+                                                            const ChunkDecay<Acc>& decay) const {
+    for (int t = 0; t < L4; t += R) {
+      Acc kf[R][RX], vf[R][R];
+      for (int e = 0; e < R; ++e) {
+        for (int xq = 0; xq < RX; xq += R) {
+          const Quad<In> kq = load_quad(kt_s + (t + e) * qs + dr + xq);
+          for (int x = 0; x < R; ++x) kf[e][xq + x] = to_acc<Acc>(kq.v[x]);
+        }
+        const Quad<In> vq = load_quad(v_s + (t + e) * vs + jc);
+        const Acc w = decay.b(2, t + e);
+        for (int y = 0; y < R; ++y) vf[e][y] = to_acc<Acc>(vq.v[y]) * w;
       }
       for (int e = 0; e < R; ++e)
         for (int x = 0; x < RX; ++x)
@@ -364,6 +445,13 @@ struct ChunkTiles {
     for (int x = 0; x < R; ++x)
       for (int y = 0; y < R; ++y) a[x][y] = tc + y <= ir + x ? scale * a[x][y] : Acc(0);
   }
+
+  // Gated: score tile `tile` (from scores) decayed by exp(b_i - b_j) where the mask keeps it.
+  KOKKOS_INLINE_FUNCTION void decay_scores(RegTile<Acc>& a, int tile, int L, const ChunkDecay<Acc>& decay) const {
+    if (!score_needed(tile, L)) return;
+    decay_score_tile(a, decay, R * (tile / ct), R * (tile % ct));
+  }
+
 
   // R2 (after K^T's last read) takes state tile `tile` from registers.
   KOKKOS_INLINE_FUNCTION void publish_state(const RegTile<Acc>& s, int tile) const {
@@ -445,6 +533,25 @@ struct ChunkTiles {
                                       const View4& out, int b, int t0, int h, int d0, bool quad) const {
     RegTile<Acc> o[kO];
     for (int u = 0; u < kO; ++u) output_from_state(o[u], my_tile(u, output_tiles), L);
+    m.team_barrier();  // Q is no longer read: R1 takes the scores
+    for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
+    m.team_barrier();
+    for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+  }
+
+  // The gated outputs: the rows of Q S by exp(b_i) before the scores (decayed
+  // by decay_scores) add A V. A step of its own, so that level 1's outputs
+  // stays the code it was.
+  template <int kA, int kO, class View4>
+  KOKKOS_INLINE_FUNCTION void decayed_outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                              const View4& out, int b, int t0, int h, int d0, bool quad,
+                                              const ChunkDecay<Acc>& decay) const {
+    RegTile<Acc> o[kO];
+    for (int u = 0; u < kO; ++u) {
+      const int tile = my_tile(u, output_tiles);
+      output_from_state(o[u], tile, L);
+      if (tile >= 0) decay_rows(o[u], decay, R * (tile / wt));
+    }
     m.team_barrier();  // Q is no longer read: R1 takes the scores
     for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
     m.team_barrier();
