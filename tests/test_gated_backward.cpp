@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -137,12 +138,18 @@ void expect_gated_backward_matches(const Problem& p, const testing::GateCase& g,
   // which cancel as the decay strengthens (at infinite decay dg is zero while
   // the terms are not). Where dq and dk carry the tensor cores' operand
   // errors, those bound dg's error by their level times the terms' magnitudes,
-  // whatever dg's own size; the portable path's exact fp32 products keep dg
+  // whatever dg's own size (bf16 snapshots add their rounding of the state, as
+  // on the portable path); the portable path's exact fp32 products keep dg
   // itself at gate_gradient_level.
-  if (tc)
-    EXPECT_LE(error_against_terms(p, q, k, ref, out.dg.to_double()), stored_level(dtype, stored) + operands)
+  if (tc) {
+    EXPECT_LE(error_against_terms(p, q, k, ref, out.dg.to_double()), tensor_core_gate_terms_level(dtype, stored, bf16_h))
         << "dg against its terms' magnitudes";
-  else
+    // For the record (docs/NUMERICS.md): dg's error relative to itself, where cancellation may lift it.
+    if (dtype == DType::f32)
+      std::printf("[ dg fp32 ] %s%s: against terms %.2e, relative to dg %.2e\n", g.name.c_str(),
+                  bf16_h ? " bf16 h" : "", error_against_terms(p, q, k, ref, out.dg.to_double()),
+                  relative_l2(out.dg.to_double(), ref.dg));
+  } else
     EXPECT_LE(relative_l2(out.dg.to_double(), ref.dg), dg_level) << "dg";
   if (g.kind == GateKind::per_head) {
     ASSERT_EQ(out.dg_gamma.shape, (std::vector<std::int64_t>{p.H}));

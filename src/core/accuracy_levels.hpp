@@ -62,4 +62,12 @@ inline double tensor_core_gate_gradient_level(DType input, bool bf16_snapshots) 
   return gate_gradient_level(input, bf16_snapshots) + 2 * tensor_core_backward_level(input);
 }
 
+// dg on tensor cores measured against the magnitudes of its terms (docs/NUMERICS.md):
+// dq's and dk's level, plus, with bf16 snapshots, the two roundings of the state that
+// gate_gradient_level allows (through dq's inter-chunk term and the state dot).
+inline double tensor_core_gate_terms_level(DType input, DType stored, bool bf16_snapshots) {
+  return stored_level(input, stored) + tensor_core_backward_level(input) +
+         (bf16_snapshots ? 2 * unit_roundoff(DType::bf16) : 0.0);
+}
+
 }  // namespace linattn
