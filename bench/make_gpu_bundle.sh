@@ -9,15 +9,15 @@ cd "$(dirname "$0")/.."
 KOKKOS=${1:?usage: make_gpu_bundle.sh KOKKOS_ROOT [DEST]}
 DEST=${2:-.gpu}
 export PATH=/usr/local/cuda/bin:$PATH NVCC_WRAPPER_DEFAULT_COMPILER=${NVCC_WRAPPER_DEFAULT_COMPILER:-g++}
+# Machine code only, no PTX (cmake/LinattnDependencies.cmake, LINATTN_CUDA_SASS_ONLY).
 cmake -S . -B build-cuda -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_COMPILER="$KOKKOS/bin/nvcc_wrapper" \
-  -DKokkos_ROOT="$KOKKOS" -DKokkosKernels_ROOT="$KOKKOS" > build-cuda.configure.log
+  -DLINATTN_CUDA_SASS_ONLY=ON -DKokkos_ROOT="$KOKKOS" -DKokkosKernels_ROOT="$KOKKOS" > build-cuda.configure.log
 make -C build-cuda -j"${JOBS:-2}" linattn linattn_tests
 rm -rf "$DEST" && mkdir -p "$DEST"
 cp build-cuda/linattn build-cuda/tests/linattn_tests "$DEST/"
 strip "$DEST/linattn" "$DEST/linattn_tests"
 bundle=${BUNDLE_LIBS:-../shared/tools/bundle-libs}
 bash "$bundle" "$DEST/lib" "$DEST/linattn" "$DEST/linattn_tests"
-nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/fused_tensor_core_bench.cu -o "$DEST/tc_bench"
 # The source the binaries came from (gpu_session.sh starts its test log with it).
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- src tests CMakeLists.txt cmake || echo ' plus uncommitted changes')" > "$DEST/COMMIT"
 du -sh "$DEST"

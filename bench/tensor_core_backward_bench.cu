@@ -10,7 +10,8 @@
 //
 // TC_SEQLENS=L1,L2,... packs the B*T tokens into these sequences (B = 1);
 // TC_FP16=1 runs fp16 inputs (bf16 snapshots); TC_DHT=1 adds a random dht;
-// TC_BIGSMEM=1 runs the chunk kernel with separate h/dh and P/A tiles.
+// TC_BIGSMEM=1 runs the chunk kernel with separate h/dh and P/A tiles;
+// TC_TILED=1 the tiled chunk kernels at every head size.
 #include "kernels/cuda/fused_tensor_core.hpp"
 #include "kernels/cuda/tensor_core_backward.hpp"
 
@@ -151,8 +152,8 @@ int run(int B, std::int64_t T, int H, int DK, int DV, int reps, const std::vecto
   for (E* p : {dq, dk}) CHECK(cudaMemset(p, 0xff, nq * sizeof(E)));  // NaN poison
   CHECK(cudaMemset(dv, 0xff, nv * sizeof(E)));
   CHECK(cudaMemset(dh0, 0xff, N * H * state * 4));
-  const bool compact = !std::getenv("TC_BIGSMEM");
-  auto backward = [&] { linattn::cuda::run_tensor_core_backward<E, __nv_bfloat16>(ba, B, T, cu, sms, 0, compact); };
+  const bool compact = !std::getenv("TC_BIGSMEM"), tiled = std::getenv("TC_TILED") != nullptr;
+  auto backward = [&] { linattn::cuda::run_tensor_core_backward<E, __nv_bfloat16>(ba, B, T, cu, sms, 0, compact, tiled); };
   backward();
   CHECK(cudaDeviceSynchronize());
   for (int i = 0; i < 2; ++i) backward();
@@ -172,8 +173,8 @@ int run(int B, std::int64_t T, int H, int DK, int DV, int reps, const std::vecto
   // Floor: q, k, v, do and h read once, dq, dk, dv written once (16-bit), dh0 fp32.
   const double bytes = double(tokens) * H * (2 * DK + 2 * DV) * 2 + double(chunks) * H * state * 2 +
                        double(tokens) * H * (2 * DK + DV) * 2 + double(N) * H * state * 4;
-  std::printf("%s%s %d,%lld,%d,%d,%d seqs %zu chunks %zu  backward %.3f ms (min %.3f)  %.0f GB/s at the floor's bytes\n",
-              sizeof(E) == 2 && std::is_same<E, __half>::value ? "fp16" : "bf16", compact ? "" : " (2 state tiles)", B, T, H, DK, DV, N, chunks, median,
+  std::printf("%s%s%s %d,%lld,%d,%d,%d seqs %zu chunks %zu  backward %.3f ms (min %.3f)  %.0f GB/s at the floor's bytes\n",
+              sizeof(E) == 2 && std::is_same<E, __half>::value ? "fp16" : "bf16", compact ? "" : " (2 state tiles)", tiled ? " (tiled)" : "", B, T, H, DK, DV, N, chunks, median,
               ms[0], bytes / median / 1e6);
 
   // Check: the first sequence's head 0 and the last sequence's last head.

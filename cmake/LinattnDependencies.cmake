@@ -11,6 +11,20 @@
 find_package(Kokkos REQUIRED)
 find_package(KokkosKernels REQUIRED)
 
+# LINATTN_CUDA_SASS_ONLY (CUDA builds): Kokkos compiles for -arch=sm_XX, which
+# embeds PTX beside the machine code; this keeps the machine code only
+# (-arch=compute_XX -code=sm_XX), for binaries carried to a known GPU
+# (bench/make_gpu_bundle.sh: with PTX the bundle outgrew what can be carried).
+option(LINATTN_CUDA_SASS_ONLY "CUDA: machine code only, no PTX" OFF)
+if(LINATTN_CUDA_SASS_ONLY AND TARGET Kokkos::kokkoscore)
+  get_target_property(_linattn_opts Kokkos::kokkoscore INTERFACE_COMPILE_OPTIONS)
+  if(_linattn_opts)
+    string(REGEX REPLACE "-arch=sm_([0-9]+a?)" "-arch=compute_\\1;-code=sm_\\1" _linattn_opts "${_linattn_opts}")
+    set_target_properties(Kokkos::kokkoscore PROPERTIES INTERFACE_COMPILE_OPTIONS "${_linattn_opts}")
+    message(STATUS "linattn: Kokkos compile options -> ${_linattn_opts}")
+  endif()
+endif()
+
 add_library(linattn_kokkos INTERFACE)
 add_library(linattn::kokkos ALIAS linattn_kokkos)
 target_link_libraries(linattn_kokkos INTERFACE Kokkos::kokkos)

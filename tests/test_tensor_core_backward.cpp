@@ -41,10 +41,11 @@ TEST(TensorCoreBackward, EveryShapeAndTypeMatchesReference) {
         expect_tensor_cores_match(plain(2, 300, 2, DK, DV, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
 }
 
-// Heads the whole-head chunk kernel does not hold: the tiled chunk kernels
-// (chunk_gradient_tiled.hpp) with DK and DV padded on chip, and the reverse
-// walks on the 64-, 128- and 256-row DK tiles; odd widths move element by
-// element, widths of 4 (mod 8) in 8-byte copies.
+// Every other head size, padded on chip: up to 128 x 128 the whole-head chunk
+// kernel on tiles of 64 or 128 (chunk_gradient.hpp, bounded), past either the
+// tiled chunk kernels (chunk_gradient_tiled.hpp: 192, 250 x 96, 32 x 512, 256 x 64
+// and the rest), and the reverse walks on the 64-, 128- and 256-row DK tiles;
+// odd widths move element by element, widths of 4 (mod 8) in 8-byte copies.
 TEST(TensorCoreBackward, EveryHeadSizeMatchesReference) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
   std::uint64_t seed = 5600;

@@ -117,29 +117,38 @@ TEST(TileRules, BlockDvChoice) {
 
 // ---- the backward
 
-TEST(TileRules, WholeHeadGradientOnlyForHeadsOf64Or128) {
+TEST(TileRules, WholeHeadGradientForHeadsUpTo128) {
   EXPECT_TRUE(whole_head_gradient(64, 64));
   EXPECT_TRUE(whole_head_gradient(128, 64));
   EXPECT_TRUE(whole_head_gradient(64, 128));
   EXPECT_TRUE(whole_head_gradient(128, 128));
+  EXPECT_TRUE(whole_head_gradient(96, 128));  // padded on chip to 128 x 128
+  EXPECT_TRUE(whole_head_gradient(60, 60));   // to 64 x 64
+  EXPECT_TRUE(whole_head_gradient(128, 32));  // to 128 x 64
+  EXPECT_TRUE(whole_head_gradient(1, 1));
   EXPECT_FALSE(whole_head_gradient(256, 256));
-  EXPECT_FALSE(whole_head_gradient(96, 128));
-  EXPECT_FALSE(whole_head_gradient(128, 32));
+  EXPECT_FALSE(whole_head_gradient(129, 64));
+  EXPECT_FALSE(whole_head_gradient(64, 129));
   EXPECT_FALSE(whole_head_gradient(128, 128, true));  // fp32 tiles of a whole head do not fit: tiled
+  EXPECT_EQ(whole_head_tile(1), 64);
+  EXPECT_EQ(whole_head_tile(64), 64);
+  EXPECT_EQ(whole_head_tile(65), 128);
+  EXPECT_EQ(whole_head_tile(128), 128);
   EXPECT_EQ(gradient_rows(128, 128, true), 128);
   EXPECT_EQ(gradient_rows(100, 60, true), 112);
   EXPECT_EQ(gradient_cols(100, 60, true), 64);
 }
 
-// dh's padded shape: the head itself for the whole-head kernel, else DK and
-// DV rounded up to 16 (what the memory budget counts).
+// dh's padded shape: DK and DV rounded up to 16 for every chunk kernel (what
+// the memory budget counts), not the whole-head kernel's tiles.
 TEST(TileRules, StateGradientScratchShape) {
   EXPECT_EQ(gradient_rows(128, 128), 128);
   EXPECT_EQ(gradient_cols(128, 128), 128);
   EXPECT_EQ(gradient_rows(64, 128), 64);
   EXPECT_EQ(gradient_rows(256, 512), 256);
   EXPECT_EQ(gradient_cols(256, 512), 512);
-  EXPECT_EQ(gradient_rows(96, 96), 96);
+  EXPECT_EQ(gradient_rows(96, 96), 96);   // the whole-head kernel pads it to 128 on chip only
+  EXPECT_EQ(gradient_cols(32, 32), 32);
   EXPECT_EQ(gradient_rows(60, 100), 64);
   EXPECT_EQ(gradient_cols(60, 100), 112);
   EXPECT_EQ(gradient_rows(1, 1), 16);

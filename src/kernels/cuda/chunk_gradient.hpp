@@ -1,7 +1,10 @@
 // Kernel 2 of the tensor-core backward (tensor_core_backward.hpp) for heads
-// that fit shared memory whole, DK and DV of 64 or 128: one block per (chunk,
-// head), all of them independent, reads Q, K, V, dO of the chunk, h[c] and
-// dh[c], and writes
+// that fit shared memory whole, DK and DV up to 128 in tiles of 64 or 128
+// (tile_rules.hpp, whole_head_gradient; kBounded: the head is smaller than
+// its tiles, zero-filled on chip past DK and DV, never padded in memory but
+// for dh's rows and columns up to 16): one block per (chunk, head),
+// all of them independent, reads Q, K, V, dO of the chunk, h[c] and dh[c],
+// and writes
 //   dQ_c = scale dO_c h[c]^T + P K_c,          P = scale tril(dO_c V_c^T)
 //   dK_c = P^T Q_c + V_c dh[c]^T
 //   dV_c = A^T dO_c + K_c dh[c],               A = scale tril(Q_c K_c^T)
@@ -76,14 +79,40 @@ __device__ inline void store_scores(E* p, int stride, const float (&sc)[4][4], i
     }
 }
 
+// h[c] (dk x dv in memory) into a DK x DV tile of row stride `stride`, zero
+// past dk and dv (kBounded), converted on the way unless SnapT is E.
+template <class E, int DK, int DV, class SnapT, bool kBounded>
+__device__ inline void load_state_tile(E* dst, int stride, const SnapT* h, int dk, int dv, int cw) {
+  constexpr int kThreads = kChunkGradientThreads;
+  if constexpr (std::is_same<SnapT, E>::value) {
+    if constexpr (kBounded) copy_tile_bounded<kThreads>(dst, stride, h, dv, DK, DV, dk, dv, cw);
+    else copy_tile_async<kThreads>(dst, stride, h, DV, DK, DV, DK);
+  } else {  // converted on the way (bf16 snapshots of fp16 inputs, fp32 snapshots)
+    for (int i = threadIdx.x; i < DK * DV / 2; i += kThreads) {
+      const int r = i / (DV / 2), col = 2 * (i % (DV / 2));
+      float2 x = make_float2(0.0f, 0.0f);
+      if constexpr (kBounded) {
+        if (r < dk && col < dv) x.x = float(h[r * dv + col]);
+        if (r < dk && col + 1 < dv) x.y = float(h[r * dv + col + 1]);
+      } else {
+        x = load_pair(h + r * DV + col);
+      }
+      *reinterpret_cast<std::uint32_t*>(dst + r * stride + col) = Elem<E>::pack(x.x, x.y);
+    }
+  }
+}
+
 // blockIdx.x = head + H * chunk. Warp w owns the 16 rows 16 (w % 4).. of each
-// output and half of its columns (w / 4).
-template <class E, int DK, int DV, class SnapT, bool kCompact, bool kGated = false>
+// output and half of its columns (w / 4). DK, DV: the tiles (the head's own
+// sizes a.DK, a.DV unless kBounded).
+template <class E, int DK, int DV, class SnapT, bool kCompact, bool kGated = false, bool kBounded = false>
 __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = ChunkGradientLayout<DK, DV, kCompact, kGated>;
   constexpr int kThreads = kChunkGradientThreads;
   const int H = a.H, head = blockIdx.x % H;
+  const int dk = kBounded ? a.DK : DK, dv = kBounded ? a.DV : DV;  // the head's sizes
+  const int cw = kBounded ? row_copy_bytes(dk, dv, int(sizeof(E))) : 16;
   const BackwardChunk ch = a.chunks[blockIdx.x / H];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2;
   extern __shared__ __align__(16) unsigned char shared_raw[];
@@ -96,9 +125,15 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   E* p_s = h_s + L::state_tiles * L::s_tile;  // P [64][p_stride]
   E* a_s = p_s + (kCompact ? 0 : L::p_tile);  // A [64][p_stride]
   const std::size_t tok = std::size_t(ch.token0) * H + head;
-  const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
-  const std::size_t state = (std::size_t(ch.h_chunk) * H + head) * DK * DV;
-  const E* dh = static_cast<const E*>(a.dh) + state;
+  const std::size_t qk_row = std::size_t(H) * dk, v_row = std::size_t(H) * dv;
+  const std::size_t state = (std::size_t(ch.h_chunk) * H + head) * dk * dv;  // h[c] in memory: dk x dv
+  const E* dh = static_cast<const E*>(a.dh) + (std::size_t(ch.h_chunk) * H + head) * a.dh_rows * a.dh_cols;
+  auto load_dh = [&](E* dst) {  // dh_rows x dh_cols in memory (DK, DV up to 16), zero past them
+    if constexpr (kBounded)
+      copy_tile_bounded<kThreads>(dst, L::v_stride, dh, a.dh_cols, DK, DV, a.dh_rows, a.dh_cols, 16);
+    else
+      copy_tile_async<kThreads>(dst, L::v_stride, dh, DV, DK, DV, DK);
+  };
   float* b_s = reinterpret_cast<float*>(shared_raw + L::tile_bytes);  // gated: the chunk's b log2(e)
   const ChunkDecays cd{b_s, ch.length - 1};
   const ChunkDecays* decays = kGated ? &cd : nullptr;
@@ -107,25 +142,21 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
 
   // Groups of copies, each waited for just before its first use: the
   // chunk's tiles, h[c], then dh[c] (compact: once h[c] is used up).
-  copy_tile_async<kThreads>(q_s, L::k_stride, static_cast<const E*>(a.q) + tok * DK, qk_row, kChunk, DK, ch.length);
-  copy_tile_async<kThreads>(k_s, L::k_stride, static_cast<const E*>(a.k) + tok * DK, qk_row, kChunk, DK, ch.length);
-  copy_tile_async<kThreads>(v_s, L::v_stride, static_cast<const E*>(a.v) + tok * DV, v_row, kChunk, DV, ch.length);
-  copy_tile_async<kThreads>(o_s, L::v_stride, static_cast<const E*>(a.d_o) + tok * DV, v_row, kChunk, DV, ch.length);
+  auto load_rows = [&](E* dst, int stride, const void* src, std::size_t row, int cols, int valid_cols) {
+    const E* from = static_cast<const E*>(src) + tok * valid_cols;
+    if constexpr (kBounded) copy_tile_bounded<kThreads>(dst, stride, from, row, kChunk, cols, ch.length, valid_cols, cw);
+    else copy_tile_async<kThreads>(dst, stride, from, row, kChunk, cols, ch.length);
+  };
+  load_rows(q_s, L::k_stride, a.q, qk_row, DK, dk);
+  load_rows(k_s, L::k_stride, a.k, qk_row, DK, dk);
+  load_rows(v_s, L::v_stride, a.v, v_row, DV, dv);
+  load_rows(o_s, L::v_stride, a.d_o, v_row, DV, dv);
   if constexpr (kGated) load_decays_async(b_s, a, ch, head);
   cp_async_commit();
-  if constexpr (std::is_same<SnapT, E>::value) {
-    copy_tile_async<kThreads>(h_s, L::v_stride, static_cast<const E*>(a.h) + state, DV, DK, DV, DK);
-  } else {  // converted on the way (bf16 snapshots of fp16 inputs, fp32 snapshots)
-    const SnapT* hp = static_cast<const SnapT*>(a.h) + state;
-    for (int i = threadIdx.x; i < DK * DV / 2; i += kThreads) {
-      const int r = i / (DV / 2), col = 2 * (i % (DV / 2));
-      const float2 x = load_pair(hp + r * DV + col);
-      *reinterpret_cast<std::uint32_t*>(h_s + r * L::v_stride + col) = Elem<E>::pack(x.x, x.y);
-    }
-  }
+  load_state_tile<E, DK, DV, SnapT, kBounded>(h_s, L::v_stride, static_cast<const SnapT*>(a.h) + state, dk, dv, cw);
   cp_async_commit();
   if constexpr (!kCompact) {
-    copy_tile_async<kThreads>(d_s, L::v_stride, dh, DV, DK, DV, DK);
+    load_dh(d_s);
     cp_async_commit();
     cp_async_wait<2>();
   } else {
@@ -162,11 +193,11 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     mma_rows<E, kN>(acc, 0, 16 * (rt + 1), [&](std::uint32_t* f, int k0) { a_rows(f, p_s, L::p_stride, 16 * rt, k0, lane); },
                     [&](std::uint32_t* f, int n, int k0) { b_cols(f, k_s, L::k_stride, n0 + n, k0, lane); });
     if constexpr (kGated) add_row_dots<E, kN>(dots, acc, q_s, L::k_stride, 16 * rt, n0, 1.0f, lane);
-    store_rows<E, kN>(static_cast<E*>(a.dq) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
+    store_tile_rows<E, kN, kBounded>(static_cast<E*>(a.dq) + tok * dk, qk_row, acc, 16 * rt, n0, ch.length, dk, lane);
   }
   if constexpr (kCompact) {
     __syncthreads();  // h[c] is used up: dh[c] takes its tile, while A is computed
-    copy_tile_async<kThreads>(d_s, L::v_stride, dh, DV, DK, DV, DK);
+    load_dh(d_s);
     cp_async_commit();
     scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays);
   }
@@ -175,10 +206,16 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   if constexpr (kGated) {  // exp(b_L) <h[c], dh[c]>: h[c] from memory again (its tile now holds dh[c])
     const SnapT* hp = static_cast<const SnapT*>(a.h) + state;
     float s = 0.0f;
-    for (int i = threadIdx.x; i < DK * DV / 2; i += kThreads) {
+    for (int i = threadIdx.x; i < dk * DV / 2; i += kThreads) {  // dh[c] is zero past dv
       const int r = i / (DV / 2), col = 2 * (i % (DV / 2));
-      const float2 x = load_pair(hp + r * DV + col), y = load_pair(d_s + r * L::v_stride + col);
-      s += x.x * y.x + x.y * y.y;
+      const float2 y = load_pair(d_s + r * L::v_stride + col);
+      if constexpr (kBounded) {  // rows of odd width start off pairs: element by element
+        if (col < dv) s += float(hp[r * dv + col]) * y.x;
+        if (col + 1 < dv) s += float(hp[r * dv + col + 1]) * y.y;
+      } else {
+        const float2 x = load_pair(hp + r * DV + col);
+        s += x.x * y.x + x.y * y.y;
+      }
     }
     state_dot = cd.whole() * s;
   }
@@ -203,7 +240,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
       add_row_dots<E, kN>(dots, acc, k_s, L::k_stride, 16 * rt, n0, -1.0f, lane);
       store_row_dots(a, col_half, ch, head, 16 * rt, dots, lane);
     }
-    store_rows<E, kN>(static_cast<E*>(a.dk) + tok * DK, qk_row, acc, 16 * rt, n0, ch.length, lane);
+    store_tile_rows<E, kN, kBounded>(static_cast<E*>(a.dk) + tok * dk, qk_row, acc, 16 * rt, n0, ch.length, dk, lane);
   }
   if constexpr (kCompact) {
     __syncthreads();  // P is used up: A takes its tile
@@ -227,7 +264,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
       decay_key_rows(acc, cd, 16 * rt, lane);
       score_term();
     }
-    store_rows<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, acc, 16 * rt, n0, ch.length, lane);
+    store_tile_rows<E, kN, kBounded>(static_cast<E*>(a.dv) + tok * dv, v_row, acc, 16 * rt, n0, ch.length, dv, lane);
   }
   if constexpr (kGated) {  // the chunk's <S_{c+1}, dS_{c+1}> whole in part 0
     const float share = block_sum(state_dot, b_s + kChunk);

@@ -84,11 +84,13 @@ inline BackwardWork backward_work(int B, std::int64_t T, const std::vector<std::
 // args.seqs, args.chunks and dh's padding are set here; dh is allocated here.
 // Gated: args.g or args.g_gamma, and args.dg; the decays and dg's shares are
 // allocated here.
-// compact: the whole-head chunk kernel shares one tile between h[c] and dh[c].
+// compact: the whole-head chunk kernel shares one tile between h[c] and dh[c]
+// (false: separate tiles, heads of whole tiles only). tiled: the tiled chunk
+// kernels for every head (tests and the standalone harness compare the two).
 template <class E, class SnapT>
 void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T,
                               const std::vector<std::int64_t>* cu_seqlens, int num_sms, cudaStream_t stream,
-                              bool compact = true) {
+                              bool compact = true, bool tiled = false) {
   if (args.DK < 1 || args.DK > kMaxTensorCoreDK || args.DV < 1 || args.DV > kMaxTensorCoreDV)
     throw std::invalid_argument("tensor-core backward: DK must be in 1..256 and DV in 1..512");
   const BackwardWork work = backward_work(B, T, cu_seqlens);
@@ -103,7 +105,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   args.seqs = tables.as<BackwardSequence>();
   args.chunks = reinterpret_cast<const BackwardChunk*>(tables.as<unsigned char>() + seq_bytes);
   constexpr bool kFp32 = detail::kFp32Tiles<E>;
-  const bool whole_head = whole_head_gradient(args.DK, args.DV, kFp32);
+  const bool whole_head = !tiled && whole_head_gradient(args.DK, args.DV, kFp32);
   args.dh_rows = gradient_rows(args.DK, args.DV, kFp32);
   args.dh_cols = gradient_cols(args.DK, args.DV, kFp32);
   StreamBuffer dh(work.chunks.size() * args.H * std::size_t(args.dh_rows) * args.dh_cols * sizeof(E), stream,
@@ -137,17 +139,17 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   const std::int64_t walks = static_cast<std::int64_t>(work.seqs.size()) * args.H;
   const int bv = state_gradient_block(args.DK, args.dh_cols, walks, num_sms);
   // Heads that fill their DK tile and whole blocks of 64 columns run without bounds checks.
-  const bool bounded = !whole_head && !(args.DK == dk_tile(args.DK) && args.DV % detail::kGradientBlock == 0);
+  const bool bounded = !(args.DK == dk_tile(args.DK) && args.DV % detail::kGradientBlock == 0);
   auto walk = [&](auto dkt, auto bvc, auto bnd) {
     constexpr int DKT = decltype(dkt)::value, BV = decltype(bvc)::value;
     constexpr bool kB = decltype(bnd)::value;
     const int blocks = static_cast<int>(walks * (args.dh_cols / BV));
     if (gated)
       detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB, true>,
-                     detail::StateGradientLayout<E, DKT, BV, true>::bytes, blocks, detail::kStateGradientThreads, args,
+                     detail::StateGradientLayout<E, DKT, BV, true, kB>::bytes, blocks, detail::kStateGradientThreads, args,
                      stream, "tensor-core backward: state gradient");
     else
-      detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB>, detail::StateGradientLayout<E, DKT, BV>::bytes,
+      detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB>, detail::StateGradientLayout<E, DKT, BV, false, kB>::bytes,
                      blocks, detail::kStateGradientThreads, args, stream, "tensor-core backward: state gradient");
   };
   auto with_bv = [&](auto dkt, auto bnd) {
@@ -199,25 +201,34 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     gate_gradient();
     return;
   }
-  if constexpr (!kFp32) {  // the whole-head kernel: 16-bit tiles only
-    auto chunks = [&](auto dk, auto dv) {
+  if constexpr (!kFp32) {  // the whole-head kernel: 16-bit tiles only, DK and DV in tiles of 64 or 128
+    auto chunks = [&](auto dk, auto dv, auto bnd) {
       constexpr int DK = decltype(dk)::value, DV = decltype(dv)::value;
+      constexpr bool kB = decltype(bnd)::value;
       if (gated)  // compact only
-        return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true, true>,
+        return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true, true, kB>,
                               detail::ChunkGradientLayout<DK, DV, true, true>::bytes, chunk_heads,
                               detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
-      if (!compact)
-        return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, false>,
-                              detail::ChunkGradientLayout<DK, DV, false>::bytes, chunk_heads,
-                              detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
-      detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true>, detail::ChunkGradientLayout<DK, DV, true>::bytes,
-                     chunk_heads, detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
+      if constexpr (!kB)
+        if (!compact)
+          return detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, false>,
+                                detail::ChunkGradientLayout<DK, DV, false>::bytes, chunk_heads,
+                                detail::kChunkGradientThreads, args, stream, "tensor-core backward: chunk gradients");
+      detail::launch(detail::chunk_gradient_kernel<E, DK, DV, SnapT, true, false, kB>,
+                     detail::ChunkGradientLayout<DK, DV, true>::bytes, chunk_heads, detail::kChunkGradientThreads, args,
+                     stream, "tensor-core backward: chunk gradients");
+    };
+    const int dkt = whole_head_tile(args.DK), dvt = whole_head_tile(args.DV);
+    const bool padded = args.DK != dkt || args.DV != dvt;
+    auto with_bound = [&](auto dk, auto dv) {
+      if (padded) chunks(dk, dv, std::true_type{});
+      else chunks(dk, dv, std::false_type{});
     };
     auto with_dv = [&](auto dk) {
-      if (args.DV == 128) chunks(dk, std::integral_constant<int, 128>{});
-      else chunks(dk, std::integral_constant<int, 64>{});
+      if (dvt == 128) with_bound(dk, std::integral_constant<int, 128>{});
+      else with_bound(dk, std::integral_constant<int, 64>{});
     };
-    if (args.DK == 128) with_dv(std::integral_constant<int, 128>{});
+    if (dkt == 128) with_dv(std::integral_constant<int, 128>{});
     else with_dv(std::integral_constant<int, 64>{});
     gate_gradient();
   }

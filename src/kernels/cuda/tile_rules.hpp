@@ -103,24 +103,33 @@ LINATTN_TILE_RULE int choose_block_dv(int B, int H, int DK, int DV, int num_sms,
 
 // ---- The backward's tiles (tensor_core_backward.hpp)
 
+// The tile of one side of the whole-head chunk-gradient kernel (chunk_gradient.hpp):
+// 64 or 128 rows, zero past the head's size on chip.
+LINATTN_TILE_RULE int whole_head_tile(int D) { return D <= 64 ? 64 : 128; }
+
 // True when the chunk-gradient kernel that holds a whole head in shared
-// memory runs (chunk_gradient.hpp: 16-bit inputs, DK and DV of 64 or 128);
-// every other head, and every fp32 one (whose fp32 tiles of a whole head would
-// not fit), takes 64 x 64 tiles (chunk_gradient_tiled.hpp).
+// memory runs (chunk_gradient.hpp: 16-bit inputs, DK and DV up to 128, each
+// zero-padded on chip to whole_head_tile); every other head, and every fp32
+// one (whose fp32 tiles of a whole head would not fit), takes 64 x 64 tiles
+// (chunk_gradient_tiled.hpp). One block per (chunk, head) reads each tile
+// once, where the tiled kernels read dO and V once per DK block and Q and K
+// once per DV block and compute the scores in each.
 LINATTN_TILE_RULE bool whole_head_gradient(int DK, int DV, bool fp32_inputs = false) {
-  return !fp32_inputs && (DK == 64 || DK == 128) && (DV == 64 || DV == 128);
+  return !fp32_inputs && DK >= 1 && DK <= 128 && DV >= 1 && DV <= 128;
 }
 
 // dh's rows and columns (the backward's scratch, the gradient of the state
 // after each chunk): DK and DV rounded up to 16 (zero past DK and DV), so
 // that its rows are whole 16-byte copies and the 16-column steps of the
-// products need no checks; the head itself for the whole-head kernel. The
-// memory budget counts the same.
+// products need no checks; the chunk kernels zero-fill their tiles past them.
+// Not the whole-head kernel's tiles: the reverse walks would then compute the
+// padded columns too (H200, 8,8192,16,32: 185 us against 112 at 32 columns).
+// The memory budget counts the same.
 LINATTN_TILE_RULE int gradient_rows(int DK, int DV, bool fp32_inputs = false) {
-  return whole_head_gradient(DK, DV, fp32_inputs) ? DK : (DK + 15) / 16 * 16;
+  return (void)DV, (void)fp32_inputs, (DK + 15) / 16 * 16;
 }
 LINATTN_TILE_RULE int gradient_cols(int DK, int DV, bool fp32_inputs = false) {
-  return whole_head_gradient(DK, DV, fp32_inputs) ? DV : (DV + 15) / 16 * 16;
+  return (void)DK, (void)fp32_inputs, (DV + 15) / 16 * 16;
 }
 
 // DV block of the reverse walks (state_gradient.hpp) over `cols` columns of

@@ -105,4 +105,12 @@ __device__ inline void store_rows_bounded(E* out, std::size_t row_stride, const 
   }
 }
 
+// store_rows, or store_rows_bounded at a head narrower than its tile (kBounded).
+template <class E, int kN, bool kBounded>
+__device__ inline void store_tile_rows(E* out, std::size_t row_stride, const float (&acc)[kN][4], int row0, int col0,
+                                       int valid, int cols, int lane) {
+  if constexpr (kBounded) store_rows_bounded<E, kN>(out, row_stride, acc, row0, col0, valid, cols, cols % 2 == 0, lane);
+  else store_rows<E, kN>(out, row_stride, acc, row0, col0, valid, lane);
+}
+
 }  // namespace linattn::cuda::detail
