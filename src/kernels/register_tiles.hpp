@@ -17,7 +17,7 @@
 //   R1: Q [C][DK] (input type), then the scores A [C][C] (accumulation type)
 //   R2: K^T [DK][C] (input type), then the state S [DK][W] (accumulation type)
 //   R3: V [C][W] (input type)
-//   with a gate, after them: the chunk's decay rows b [3][C] (accumulation
+//   with a gate, after them: the chunk's decay rows b [4][C] (accumulation
 //   type; chunk_gate.hpp), filled once per chunk, applied by register_gate.hpp
 // Elements past DK, W or the chunk's L tokens are staged as zeros, so that
 // whole quads and tiles can be computed without bounds checks.
