@@ -9,9 +9,11 @@
 #include "core/random_tensor.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
+#include "pipeline/read_stage.hpp"
 #include "temp_dir.hpp"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -448,6 +450,31 @@ TEST_F(BadInput, AReaderThatDiesFailsItsCasesNotTheBatch) {
     EXPECT_NE(r.error.find("the reader process died of signal 11"), std::string::npos) << r.error;
   }
   EXPECT_EQ(b.errors.find("[2/2]") != std::string::npos, true) << b.errors;
+}
+
+// The batch tells a hung reader from a crashed one by ReaderLost's cause, not
+// by the text of its message (a hung file is not read again; a crash fails
+// only the case it was reading).
+TEST_F(BadInput, AReaderLostSaysWhetherItTimedOutOrCrashed) {
+  const std::string hangs = dir / "hanging-reader.sh", crashes = dir / "crashing-reader.sh";
+  std::ofstream(hangs) << "#!/bin/sh\nexec sleep 30\n";
+  std::ofstream(crashes) << "#!/bin/sh\nkill -SEGV $$\n";
+  for (const std::string& script : {hangs, crashes}) fs::permissions(script, fs::perms::owner_all);
+  const int shared = ::open(good.c_str(), O_RDONLY);  // any descriptor stands for the input region
+  ASSERT_GE(shared, 0);
+  auto cause = [&](const std::string& exe) {
+    pipeline::ReaderProcess reader(exe, shared, 0);
+    try {
+      reader.list_cases(good, pipeline::Clock::now() + std::chrono::milliseconds(500));
+    } catch (const pipeline::ReaderLost& e) {
+      return e.cause;
+    }
+    ADD_FAILURE() << exe << " did not lose its reader";
+    return pipeline::ReaderLost::Cause::gone;
+  };
+  EXPECT_EQ(cause(hangs), pipeline::ReaderLost::Cause::timed_out);
+  EXPECT_EQ(cause(crashes), pipeline::ReaderLost::Cause::crashed);
+  ::close(shared);
 }
 
 }  // namespace

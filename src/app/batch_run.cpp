@@ -203,7 +203,7 @@ class Batch {
       run_case_reading(r, index, total);
     } catch (const ReaderLost& e) {
       // A hang costs one timeout per file, not one per case.
-      if (std::string(e.what()).rfind("timed out", 0) == 0) hung_files_.insert(r.input);
+      if (e.cause == ReaderLost::Cause::timed_out) hung_files_.insert(r.input);
       throw;
     }
   }
@@ -222,7 +222,7 @@ class Batch {
         elements += std::accumulate(d->shape.begin(), d->shape.end(), std::int64_t(1), std::multiplies<>());
       return elements * static_cast<std::int64_t>(dtype_size(schema.q.dtype));
     } catch (const ReaderLost& e) {
-      if (std::string(e.what()).rfind("timed out", 0) == 0) hung_files_.insert(r.input);
+      if (e.cause == ReaderLost::Cause::timed_out) hung_files_.insert(r.input);
       throw;
     }
   }

@@ -77,9 +77,9 @@ void ReaderProcess::stop() {
   outstanding_ = 0;
 }
 
-void ReaderProcess::lost(const std::string& why) {
+void ReaderProcess::lost(ReaderLost::Cause cause, const std::string& why) {
   stop();
-  throw ReaderLost(why);
+  throw ReaderLost(cause, why);
 }
 
 std::string ReaderProcess::wait_reply(MessageKind expected, Clock::time_point deadline, const char* doing) {
@@ -88,7 +88,7 @@ std::string ReaderProcess::wait_reply(MessageKind expected, Clock::time_point de
   try {
     kind = receive_message(socket_, payload, deadline);
   } catch (const ChannelTimeout&) {
-    lost("timed out " + std::string(doing) + " " + doing_ + " (--case-timeout); the reader process was killed");
+    lost(ReaderLost::Cause::timed_out, "timed out " + std::string(doing) + " " + doing_ + " (--case-timeout); the reader process was killed");
   } catch (const ChannelClosed&) {
     // Reap it to say how it ended.
     int status = 0;
@@ -102,13 +102,13 @@ std::string ReaderProcess::wait_reply(MessageKind expected, Clock::time_point de
                                      ::strsignal(WTERMSIG(status)) + ")";
       else if (WIFEXITED(status)) how = "exited with status " + std::to_string(WEXITSTATUS(status));
     }
-    lost("the reader process " + how + " " + doing + " " + doing_ + " (a corrupt file can crash libhdf5)");
+    lost(ReaderLost::Cause::crashed, "the reader process " + how + " " + doing + " " + doing_ + " (a corrupt file can crash libhdf5)");
   }
   if (kind == MessageKind::failed) {
     MessageReader m(payload);
     throw FileError::preformatted(m.str());
   }
-  if (kind != expected) lost("the reader process answered out of turn " + std::string(doing) + " " + doing_);
+  if (kind != expected) lost(ReaderLost::Cause::out_of_turn, "the reader process answered out of turn " + std::string(doing) + " " + doing_);
   return payload;
 }
 
@@ -148,7 +148,7 @@ void ReaderProcess::close_case(Clock::time_point deadline) {
 }
 
 void ReaderProcess::send_read(const WindowRead& read) {
-  if (socket_ < 0) throw ReaderLost("the reader process is gone");
+  if (socket_ < 0) throw ReaderLost(ReaderLost::Cause::gone, "the reader process is gone");
   send(MessageKind::read_window, encode(read));
   ++outstanding_;
 }

@@ -16,9 +16,12 @@
 
 namespace linattn::pipeline {
 
-// The reader process crashed or timed out; what() says which and while doing what.
+// The reader process crashed or timed out; cause says which (callers decide
+// by it, never by the message), what() says which and while doing what.
 struct ReaderLost : std::runtime_error {
-  using std::runtime_error::runtime_error;
+  enum class Cause { timed_out, crashed, out_of_turn, gone };
+  ReaderLost(Cause c, const std::string& why) : std::runtime_error(why), cause(c) {}
+  Cause cause;
 };
 
 class ReaderProcess {
@@ -56,7 +59,7 @@ class ReaderProcess {
   void start();
   void send(MessageKind kind, const std::string& payload);
   std::string wait_reply(MessageKind expected, Clock::time_point deadline, const char* doing);
-  [[noreturn]] void lost(const std::string& why);
+  [[noreturn]] void lost(ReaderLost::Cause cause, const std::string& why);
 
   std::string exe_;
   int shared_fd_;
