@@ -48,6 +48,18 @@ TEST(SegmentSplit, BlocksCountedAtTheDkTilesWidth) {
   EXPECT_EQ(choose_segments(1, 8, 200, 128, 128, 132), 16);
 }
 
+// Blocks of 32 columns on a 64-row DK tile: four to an SM. 8,8192,16,32 is
+// 128 blocks, 132 * 4 / 128 = 4 segments (the measured best); DK 60's blocks
+// of 64 columns fill an SM alone (128 blocks: whole sequences), and so do
+// DK 128's blocks of 32 (DV 32: 128 blocks, whole).
+TEST(SegmentSplit, SmallBlocksShareAnSm) {
+  EXPECT_EQ(blocks_per_sm(32, 32), 4);
+  EXPECT_EQ(choose_segments(8, 16, 128, 32, 32, 132), 4);
+  EXPECT_EQ(choose_segments(8, 16, 128, 60, 60, 132), 1);
+  EXPECT_EQ(choose_segments(8, 16, 128, 128, 32, 132), 1);
+  EXPECT_EQ(choose_segments(8, 16, 128, 96, 96, 132), 1);
+}
+
 TEST(SegmentSplit, EvenCut) {
   const SegmentSplit s = split_segments(512, 4);
   EXPECT_EQ(s.seg_chunks, 128);

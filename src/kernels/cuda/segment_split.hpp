@@ -19,9 +19,20 @@ namespace linattn::cuda {
 // and V once more for them). Measured on the H200 (132 SMs) at 1,32768,32,128:
 // whole sequences 1.26 ms, 4 segments (128 blocks) 0.86 ms, 8: 0.88, 16: 0.95;
 // at 2,16384,32,128: whole 0.95 ms, 2 segments 0.86, 4: 0.87.
+//
+// A block of one group of 32 columns on a 64-row DK tile is small (4 warps,
+// little shared memory), and about four share an SM: sequences that give one
+// such block per SM are cut until the SMs hold four. H200, 8,8192,16,32 (128
+// blocks): whole 0.266 ms, 2 segments 0.246, 4: 0.199, 8: 0.204; fp32 inputs
+// 0.882, 0.698, 0.650. Wider blocks or DK tiles fill an SM alone, and cutting
+// only adds the segment sums: DK 60 (64 columns) whole 0.319 ms, 2 segments
+// 0.451; DK 96 0.559, 0.754 (bench/results/segments-sweep.txt).
+LINATTN_TILE_RULE int blocks_per_sm(int DK, int block_dv) { return dk_tile(DK) == 64 && block_dv == 32 ? 4 : 1; }
+
 inline int choose_segments(int B, int H, int NT, int DK, int DV, int num_sms) {
-  const std::int64_t blocks = std::int64_t(B) * H * dv_blocks(DV, widest_block_dv(DK, DV));
-  const std::int64_t segments = std::min<std::int64_t>(num_sms / blocks, NT / 8);
+  const int bv = widest_block_dv(DK, DV);
+  const std::int64_t blocks = std::int64_t(B) * H * dv_blocks(DV, bv);
+  const std::int64_t segments = std::min<std::int64_t>(std::int64_t(num_sms) * blocks_per_sm(DK, bv) / blocks, NT / 8);
   return segments >= 2 ? static_cast<int>(segments) : 1;
 }
 
