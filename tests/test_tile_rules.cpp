@@ -78,6 +78,20 @@ TEST(TileRules, DvPaddedToGroupsOf32) {
   EXPECT_EQ(dv_blocks(512, 32), 16);
 }
 
+// A padded head's rows or columns past its size are zero in the tile: the
+// kernels skip the steps of 16 past live_steps, and a warp or group wholly
+// past the head (size <= 0 after its offset) skips them all.
+TEST(TileRules, LiveStepsCoverThePaddedHead) {
+  EXPECT_EQ(live_steps(96), 6);   // DK 96 in a 128 tile: 2 of 8 steps skipped
+  EXPECT_EQ(live_steps(60), 4);   // the last step holds 12 live rows
+  EXPECT_EQ(live_steps(100), 7);
+  EXPECT_EQ(live_steps(1), 1);
+  EXPECT_EQ(live_steps(16), 1);
+  EXPECT_EQ(live_steps(17), 2);
+  EXPECT_EQ(live_steps(0), 0);
+  EXPECT_EQ(live_steps(-32), 0);  // 96 - 128: a warp past the head
+}
+
 TEST(TileRules, ExactTilesOnlyWhereNothingIsPadded) {
   EXPECT_TRUE(exact_tiles(128, 128, 128));
   EXPECT_TRUE(exact_tiles(64, 96, 32));

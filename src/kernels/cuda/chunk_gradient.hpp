@@ -47,7 +47,7 @@ constexpr int kChunkGradientThreads = 256;
 // Gated: times exp(b_i - b_j) (decays non-null).
 template <class E, int D>
 __device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int stride, float scale, int lane,
-                              const ChunkDecays* decays = nullptr) {
+                              const ChunkDecays* decays = nullptr, int d_live = D) {
   const int warp = threadIdx.x >> 5, rt = warp & 3, col_half = warp >> 2, g = lane >> 2, t4 = lane & 3;
   zero(sc);
   #pragma unroll
@@ -56,7 +56,7 @@ __device__ inline void scores(float (&sc)[4][4], const E* x, const E* y, int str
     if (j > rt) continue;
     float part[2][4];
     zero(part);
-    mma_rows<E, 2>(part, 0, D, [&](std::uint32_t* f, int k0) { a_rows(f, x, stride, 16 * rt, k0, lane); },
+    mma_rows<E, 2>(part, 0, d_live, [&](std::uint32_t* f, int k0) { a_rows(f, x, stride, 16 * rt, k0, lane); },
                    [&](std::uint32_t* f, int, int k0) { b_rows(f, y, stride, 16 * j, k0, lane); });
     #pragma unroll
     for (int n = 0; n < 2; ++n)
@@ -137,6 +137,12 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   float* b_s = reinterpret_cast<float*>(shared_raw + L::tile_bytes);  // gated: the chunk's b log2(e)
   const ChunkDecays cd{b_s, ch.length - 1};
   const ChunkDecays* decays = kGated ? &cd : nullptr;
+  // Bounded: the 16-wide steps of DK and DV that hold the head (tile_rules.hpp,
+  // live_steps); the products over the zero steps past them are skipped, as
+  // are the output columns of this warp's half wholly past the head.
+  const int dk_live = kBounded ? 16 * live_steps(dk) : DK, dv_live = kBounded ? 16 * live_steps(dv) : DV;
+  const int dk_pairs = kBounded ? min(DK / 32, live_steps(dk - (DK / 2) * col_half)) : DK / 32;
+  const int dv_pairs = kBounded ? min(DV / 32, live_steps(dv - (DV / 2) * col_half)) : DV / 32;
   float dots[2] = {0.0f, 0.0f};  // gated: q . dq - k . dk over this warp's columns, rows g, g + 8
   float state_dot = 0.0f;        // gated: this thread's share of <S_{c+1}, dh[c]> (gate_gradient.hpp)
 
@@ -164,10 +170,10 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
   }
   __syncthreads();
   float sc[4][4];  // P = scale tril(dO V^T), then A = scale tril(Q K^T), rounded once to 16 bits
-  scores<E, DV>(sc, o_s, v_s, L::v_stride, a.scale, lane, decays);
+  scores<E, DV>(sc, o_s, v_s, L::v_stride, a.scale, lane, decays, dv_live);
   store_scores(p_s, L::p_stride, sc, lane);
   if constexpr (!kCompact) {
-    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays);
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays, dk_live);
     store_scores(a_s, L::p_stride, sc, lane);
     cp_async_wait<1>();
   } else {
@@ -181,8 +187,8 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     const int n0 = (DK / 2) * col_half;
     float acc[kN][4];
     zero(acc);
-    mma_rows<E, kN>(acc, 0, DV, [&](std::uint32_t* f, int k0) { a_rows(f, o_s, L::v_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, h_s, L::v_stride, n0 + n, k0, lane); });
+    mma_rows<E, kN>(acc, 0, dv_live, [&](std::uint32_t* f, int k0) { a_rows(f, o_s, L::v_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, h_s, L::v_stride, n0 + n, k0, lane); }, dk_pairs);
     #pragma unroll
     for (int nt = 0; nt < kN; ++nt)
       #pragma unroll
@@ -191,7 +197,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
         else acc[nt][e] *= a.scale;
       }
     mma_rows<E, kN>(acc, 0, 16 * (rt + 1), [&](std::uint32_t* f, int k0) { a_rows(f, p_s, L::p_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, k_s, L::k_stride, n0 + n, k0, lane); });
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, k_s, L::k_stride, n0 + n, k0, lane); }, dk_pairs);
     if constexpr (kGated) add_row_dots<E, kN>(dots, acc, q_s, L::k_stride, 16 * rt, n0, 1.0f, lane);
     store_tile_rows<E, kN, kBounded>(static_cast<E*>(a.dq) + tok * dk, qk_row, acc, 16 * rt, n0, ch.length, dk, lane);
   }
@@ -199,7 +205,7 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     __syncthreads();  // h[c] is used up: dh[c] takes its tile, while A is computed
     load_dh(d_s);
     cp_async_commit();
-    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays);
+    scores<E, DK>(sc, q_s, k_s, L::k_stride, a.scale, lane, decays, dk_live);
   }
   cp_async_wait<0>();
   __syncthreads();  // dh[c] is in shared memory
@@ -228,11 +234,11 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     zero(acc);
     auto score_term = [&] {
       mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, p_s, L::p_stride, 16 * rt, k0, lane); },
-                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, q_s, L::k_stride, n0 + n, k0, lane); });
+                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, q_s, L::k_stride, n0 + n, k0, lane); }, dk_pairs);
     };
     if constexpr (!kGated) score_term();
-    mma_rows<E, kN>(acc, 0, DV, [&](std::uint32_t* f, int k0) { a_rows(f, v_s, L::v_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    mma_rows<E, kN>(acc, 0, dv_live, [&](std::uint32_t* f, int k0) { a_rows(f, v_s, L::v_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_rows(f, d_s, L::v_stride, n0 + n, k0, lane); }, dk_pairs);
     if constexpr (kGated) {  // V dh^T's rows by exp(b_L - b_j), then + P^T Q
       decay_key_rows(acc, cd, 16 * rt, lane);
       state_dot += acc_dot<E, kN>(acc, k_s, L::k_stride, 16 * rt, n0, lane);  // sum_j k_j . exp(b_L - b_j) dh[c] v_j
@@ -255,11 +261,11 @@ __global__ void __launch_bounds__(kChunkGradientThreads) chunk_gradient_kernel(T
     zero(acc);
     auto score_term = [&] {
       mma_rows<E, kN>(acc, 16 * rt, kChunk, [&](std::uint32_t* f, int k0) { a_cols(f, a_s, L::p_stride, 16 * rt, k0, lane); },
-                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, o_s, L::v_stride, n0 + n, k0, lane); });
+                      [&](std::uint32_t* f, int n, int k0) { b_cols(f, o_s, L::v_stride, n0 + n, k0, lane); }, dv_pairs);
     };
     if constexpr (!kGated) score_term();
-    mma_rows<E, kN>(acc, 0, DK, [&](std::uint32_t* f, int k0) { a_rows(f, k_s, L::k_stride, 16 * rt, k0, lane); },
-                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, d_s, L::v_stride, n0 + n, k0, lane); });
+    mma_rows<E, kN>(acc, 0, dk_live, [&](std::uint32_t* f, int k0) { a_rows(f, k_s, L::k_stride, 16 * rt, k0, lane); },
+                    [&](std::uint32_t* f, int n, int k0) { b_cols(f, d_s, L::v_stride, n0 + n, k0, lane); }, dv_pairs);
     if constexpr (kGated) {  // K dh's rows by exp(b_L - b_j), then + A^T dO
       decay_key_rows(acc, cd, 16 * rt, lane);
       score_term();

@@ -224,15 +224,22 @@ __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0
 // ds += K^T V over keys 16kk..16kk+15, for the state rows row0 + 16mt.. of a
 // warp (K stored [key][d], kt its tile with row stride k_stride) by the warp's
 // V fragments vf (8-column pairs, from ldmatrix.trans of V stored [key][dv]).
+// Only the first rows_live of the warp's rows and cols_live of its columns
+// are computed (in tiles of 16): a zero-padded head's tiles past its DK and
+// DV are zero on chip, and so are their products (tile_rules.hpp,
+// live_steps); the vf pairs past cols_live are never read.
 template <class E, int kSMTiles, int kNTiles>
 __device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
-                                   const typename Elem<E>::Frag (&vf)[kNTiles / 2][4], int kk, int row0, int lane) {
+                                   const typename Elem<E>::Frag (&vf)[kNTiles / 2][4], int kk, int row0, int lane,
+                                   int rows_live = 16 * kSMTiles, int cols_live = 8 * kNTiles) {
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt) {
+    if (16 * mt >= rows_live) continue;
     typename Elem<E>::Frag kf[4];  // K^T rows (state rows) x 16 keys
     ldmatrix_x4_trans(kf, kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1));
     #pragma unroll
     for (int np = 0; np < kNTiles / 2; ++np) {
+      if (16 * np >= cols_live) continue;
       Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
       Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
     }
@@ -248,11 +255,13 @@ __device__ inline void add_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* k
 template <class E, int kSMTiles, int kNTiles>
 __device__ inline void add_decayed_kv_step(float (&ds)[kSMTiles][kNTiles][4], const E* kt, int k_stride,
                                            const typename Elem<E>::Frag (&vf)[kNTiles / 2][4], int kk, int row0,
-                                           int lane, const float* w) {
+                                           int lane, const float* w, int rows_live = 16 * kSMTiles,
+                                           int cols_live = 8 * kNTiles) {
   const float2 w01[2] = {*reinterpret_cast<const float2*>(w + 16 * kk + 2 * (lane & 3)),
                          *reinterpret_cast<const float2*>(w + 16 * kk + 8 + 2 * (lane & 3))};
   #pragma unroll
   for (int mt = 0; mt < kSMTiles; ++mt) {
+    if (16 * mt >= rows_live) continue;
     const E* p = kt + (16 * kk + (lane & 7) + 8 * (lane >> 4)) * k_stride + row0 + 16 * mt + 8 * ((lane >> 3) & 1);
     if constexpr (sizeof(E) == 4) {
       float2 x[4];
@@ -262,6 +271,7 @@ __device__ inline void add_decayed_kv_step(float (&ds)[kSMTiles][kNTiles][4], co
       for (int r = 0; r < 4; ++r) kf[r] = Elem<E>::from_pair(x[r].x * w01[r >> 1].x, x[r].y * w01[r >> 1].y);
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
+        if (16 * np >= cols_live) continue;
         Elem<E>::mma(ds[mt][2 * np], kf, vf[np][0], vf[np][1]);
         Elem<E>::mma(ds[mt][2 * np + 1], kf, vf[np][2], vf[np][3]);
       }
@@ -275,6 +285,7 @@ __device__ inline void add_decayed_kv_step(float (&ds)[kSMTiles][kNTiles][4], co
       }
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
+        if (16 * np >= cols_live) continue;
         Elem<E>::mma(ds[mt][2 * np], hi, vf[np][0], vf[np][1]);
         Elem<E>::mma(ds[mt][2 * np + 1], hi, vf[np][2], vf[np][3]);
         Elem<E>::mma(ds[mt][2 * np], lo, vf[np][0], vf[np][1]);

@@ -86,6 +86,9 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const std::size_t state_row = std::size_t(sq.seq) * H + head;
   auto in_head = [&](int row, int col) { return !kBounded || (row < dk && v0 + col < DV); };
+  // Bounded: the rows and columns of this warp's strip that hold the head; the
+  // 16-wide tiles past them stay zero, so their products are skipped.
+  const int rows_live = kBounded ? dk - warp * kSRows : kSRows, cols_live = kBounded ? DV - v0 : BV;
 
   float s[kSMTiles][kNTiles][4];  // s[mt][nt][e] = dS[warp*kSRows + 16mt + g + 8(e/2)][v0 + 8nt + 2t4 + e%2]
   #pragma unroll
@@ -151,8 +154,9 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(of[np], ot + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::o_stride + 16 * np + 8 * (lane >> 4));
-      if constexpr (kGated) add_decayed_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane, w_s + buf * kChunk);
-      else add_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane);
+      if constexpr (kGated)
+        add_decayed_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane, w_s + buf * kChunk, rows_live, cols_live);
+      else add_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane, rows_live, cols_live);
     }
     [[maybe_unused]] const float whole = kGated ? w_s[buf * kChunk + min(kChunk, T - c * kChunk) - 1] : 1.0f;  // exp(b_L)
     #pragma unroll
