@@ -386,12 +386,6 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
   // The head's keys, and this block's columns that exist (kPad; else the tiles' own).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
   const int cw = kPad ? row_copy_bytes(dk, DV, int(sizeof(E))) : 16;  // bytes per copy of a row piece
-  // A padded head's tiles are zero past dk rows and n_cols columns, and so are
-  // their products: the k-steps of Q K^T and Q S past dk, this warp's state
-  // rows past dk and this group's column pairs past n_cols are skipped
-  // (tile_rules.hpp, live_steps; the exact tiles keep compile-time bounds).
-  const int k_live = kPad ? live_steps(dk) : kKSteps;
-  const int rows_live = kPad ? dk - warp * kSRows : kSRows, cols_live = kPad ? n_cols - cg : kGW;
   const E* q = static_cast<const E*>(args.q) + (work.token0 * H + hh) * dk;
   const E* k = static_cast<const E*>(args.k) + (work.token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (work.token0 * H + hh) * DV + v0;
@@ -666,7 +660,6 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           store_o_piece(t0 - kChunk, p - h_pieces);
         }
       }
-      if (kPad && kk >= k_live) continue;  // zero columns of Q and K
       Frag qf[4];
       ldmatrix_x4(qf, qt + (16 * rt + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::qk_stride + 16 * kk + 8 * (lane >> 4));
       if constexpr (kNormalize) {  // qf: rows g, g + 8 (registers 0/2, 1/3) at columns 2t4.. and 2t4 + 8..
@@ -699,7 +692,6 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       }
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np) {
-        if (kPad && 16 * np >= cols_live) continue;  // zero columns of S
         const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4);
         Frag sf[4];
         ldmatrix_x4_trans(sf, s_hi + off);
@@ -782,8 +774,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       Frag vf[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
-        if (!kPad || 16 * np < cols_live)  // zero columns of V: never read below
-          ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
+        ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
       if (!(kSkipMasked || kShareA) || kk <= rt) {  // keys past this warp's rows contribute zero
         if constexpr (kF32) {  // the scores whole, in fp32
           Frag af[4];
@@ -805,7 +796,6 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           }
           #pragma unroll
           for (int np = 0; np < kNTiles / 2; ++np) {
-            if (kPad && 16 * np >= cols_live) continue;
             Elem<E>::mma(o[2 * np], af, vf[np][0], vf[np][1]);
             Elem<E>::mma(o[2 * np + 1], af, vf[np][2], vf[np][3]);
           }
@@ -831,7 +821,6 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           }
           #pragma unroll
           for (int np = 0; np < kNTiles / 2; ++np) {
-            if (kPad && 16 * np >= cols_live) continue;
             Elem<E>::mma(o[2 * np], ahi, vf[np][0], vf[np][1]);
             Elem<E>::mma(o[2 * np + 1], ahi, vf[np][2], vf[np][3]);
             Elem<E>::mma(o[2 * np], alo, vf[np][0], vf[np][1]);
@@ -840,11 +829,10 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
         }
       }
       if constexpr (kGated && !kShareA) {  // key j by exp(b_L - b_j), in registers
-        add_decayed_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, gc + GateRows::to_end, rows_live,
-                            cols_live);
-      } else {  // gated: the decayed keys (16-bit: hi, then lo)
-        add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, rows_live, cols_live);
-        if constexpr (kGated && !kF32) add_kv_step(ds, qt, L::qk_stride, vf, kk, warp * kSRows, lane, rows_live, cols_live);
+        add_decayed_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, gc + GateRows::to_end);
+      } else {
+        add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);  // gated: the decayed keys (16-bit: hi)
+        if constexpr (kGated && !kF32) add_kv_step(ds, qt, L::qk_stride, vf, kk, warp * kSRows, lane);  // ... + lo
       }
     }
     // S += K^T V after the output: the right shift (gated: S = exp(b_L) S + the decayed K^T V)
@@ -959,8 +947,6 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
   const int cw = kPad ? row_copy_bytes(dk, DV, int(sizeof(E))) : 16;
   const E* k = static_cast<const E*>(args.k) + (token0 * H + hh) * dk;
   const E* v = static_cast<const E*>(args.v) + (token0 * H + hh) * DV + v0;
-  // Products past the head's dk rows and n_cols columns are skipped, as in the fused kernel.
-  const int rows_live = kPad ? dk - warp * kSRows : kSRows, cols_live = kPad ? n_cols - cg : kGroupWidth;
   auto load = [&](int c) {  // always commits a group (empty past the segment) so that waits count uniformly
     const int stage = (c - c_begin) % kStages;
     constexpr int n = kVec<E>;  // elements per 16-byte piece
@@ -996,9 +982,8 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
       typename Elem<E>::Frag vf[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
-        if (!kPad || 16 * np < cols_live)
-          ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
-      add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane, rows_live, cols_live);
+        ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
+      add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
     }
     add_tiles(s, ds);
     if constexpr (kNormalize) {

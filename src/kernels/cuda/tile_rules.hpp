@@ -71,9 +71,9 @@ LINATTN_TILE_RULE int widest_block_dv(int DK, int DV) { return widest_block_with
 
 // The steps of 16 (rows, columns or the k of a product) that a padded head's
 // `size` rows or columns occupy in its tile: the tiles are zero past them, so
-// the padded kernels skip the products of the steps past these (measured in
-// BENCHMARKS.md, "Every head size on tensor cores"). Negative sizes (a warp or
-// group wholly past the head) have none.
+// the padded backward kernels skip the products of the steps past these
+// (BENCHMARKS.md, "Every head size on tensor cores (backward)"). Negative
+// sizes (a warp or group wholly past the head) have none.
 LINATTN_TILE_RULE int live_steps(int size) { return size <= 0 ? 0 : (size + 15) / 16; }
 
 // True when the tiles hold the head exactly (DK is its tile, bv divides DV):
