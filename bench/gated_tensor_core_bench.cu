@@ -1,5 +1,5 @@
 // Standalone check and timing of the gated levels 2 and 3 on the CUDA
-// tensor-core fused forward (src/kernels/cuda/fused_tensor_core.hpp, kGated),
+// tensor-core fused forward (src/kernels/cuda/fused_tensor_core_kernel.hpp, kGated),
 // without Kokkos: RetNet's per-head decay g_gamma [H] and Mamba-2's per-token
 // decay g [B, T, H] (fp32 log-decays <= 0), against an fp64 token-by-token
 // recurrence S = exp(g_t) S + k_t v_t^T, o_t = scale S^T q_t

@@ -105,7 +105,7 @@ TEST(TensorCoreFp32, EveryBlockWidthMatchesReference) {
 }
 
 // Long sequences: the state is carried over 64 chunks in fp32 (the
-// accumulation rule of fused_tensor_core.hpp), still at fp32's level.
+// accumulation rule of fused_tensor_core_kernel.hpp), still at fp32's level.
 TEST(TensorCoreFp32, LongSequencesStayAtFp32Level) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
   const Problem p = plain(1, 4096, 1, 128, 128);

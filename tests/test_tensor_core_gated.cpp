@@ -1,5 +1,5 @@
 // The gated forward (levels 2 and 3) on the tensor-core kernel
-// (cuda/fused_tensor_core.hpp, its gated instantiation): RetNet's per-head
+// (cuda/fused_tensor_core_kernel.hpp, its gated instantiation): RetNet's per-head
 // gammas and per-token decays strong, weak and moderate; bf16, fp16 and fp32
 // inputs; o in the input type or fp32, h in bf16 or the accumulation type;
 // head sizes that fill the tiles and ones padded on chip, DK != DV; plain and

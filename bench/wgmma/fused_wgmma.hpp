@@ -1,6 +1,6 @@
 // EXPERIMENT (bench only, not used by linattn): the `fused` forward on
 // Hopper's warpgroup tensor cores (wgmma, sm_90a), the same algorithm and
-// block decomposition as src/kernels/cuda/fused_tensor_core.hpp with every
+// block decomposition as src/kernels/cuda/fused_tensor_core_kernel.hpp with every
 // product issued per warpgroup from shared memory. Built and timed beside the
 // mma.sync kernel by bench/fused_tensor_core_bench.cu (nvcc -arch=sm_90a).
 //

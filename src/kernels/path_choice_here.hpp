@@ -49,7 +49,7 @@ PathFacts path_facts_here(const Problem& p, const ForwardConfig& config) {
   f.block_dv = config.block_dv;
   f.segments = config.segments;
   f.gated = config.gate != GateKind::none;
-  // as the kernel's kOneStateTile (cuda/fused_tensor_core.hpp)
+  // as the kernel's kOneStateTile (cuda/fused_tensor_core.hpp, the launcher)
   f.one_state_tile = !config.output_fp32 && !(f.input == DType::f16 && config.snapshots == SnapshotMode::bf16);
   f.register_plan_refusal =
       register_tiles::make_plan<In, Acc>(p, config.block_dv, config.team_size, f.gated).unavailable;

@@ -2,13 +2,25 @@
 // (docs/PARALLEL.md "Context parallel"): final_state = initial_state + the
 // K^T V sums of each row's segments, added in segment order (with
 // normalization z_state = initial_z + the key sums likewise). The segment sums
-// are segment_sum_kernel's (fused_tensor_core.hpp), the ones the forward adds
+// are segment_sum_kernel's (segment_sums.hpp), the ones the forward adds
 // when it splits a sequence, so the state pass is the forward's own arithmetic
 // for the state, minus everything that reads q. It reads k and v once: about
 // a third of the forward's bytes.
 #pragma once
 
-#include "kernels/cuda/fused_tensor_core.hpp"
+#include "kernels/cuda/device_memory.hpp"
+#include "kernels/cuda/fused_common.hpp"
+#include "kernels/cuda/segment_split.hpp"
+#include "kernels/cuda/segment_sums.hpp"
+#include "kernels/cuda/tile_rules.hpp"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <type_traits>
 
 namespace linattn::cuda {
 namespace detail {
