@@ -153,12 +153,12 @@ struct GateRows {
   static constexpr int floats = 4 * kChunk;
 };
 
-// The gated state update's keys, scaled once per block when several groups
-// share the tiles (kShareA): row j of the chunk's K tile times w[j] =
+// The gated state update's keys, scaled once per block of 512 threads
+// (kKeysInRegisters in the kernel): row j of the chunk's K tile times w[j] =
 // exp(b_L - b_j) in fp32, fp32 tiles in place, 16-bit ones as hi (in place) +
 // lo (into lo_tile) so that the scaled keys keep fp32-class accuracy
 // (docs/NUMERICS.md, hi + lo splits). Once per block rather than once per
-// group in registers (add_decayed_kv_step), which spilled at block 128; thread
+// group in registers (add_decayed_kv_step), which spilled there; thread
 // x takes columns 2(x % (DK/2)), + 1 of every (kThreads / (DK/2))-th row, one
 // row at a time (unrolled, this loop too made block 128 spill).
 template <class E, int DK, int kThreads>
@@ -251,6 +251,13 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
   constexpr bool kShareA = L::share_scores;
   constexpr int kGroups = BV / kGW;
   constexpr int kATiles = kShareA ? 4 / kGroups : 4;  // 16-key tiles of A this warp computes
+  // Gated: the keys of the state update decayed in registers by each group
+  // (add_decayed_kv_step) unless the block has 512 threads, whose cap of 128
+  // registers made that spill; those scale the shared K tile once per block
+  // (decay_key_tile), a pass and a barrier more. With 256 threads (DK 256 in
+  // blocks of 64) the registers measured -12% (BENCHMARKS.md, "Gated forward on
+  // tensor cores").
+  constexpr bool kKeysInRegisters = !kShareA || kThreads <= 256;
   const int grp = threadIdx.x >> 7;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* smem = reinterpret_cast<E*>(shared_raw);
@@ -637,7 +644,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       }
       __syncthreads();
       if constexpr (kNormalize) advance_z(c);
-      if constexpr (kGated) {  // every warp is done with Q and K: the decayed keys into their tiles (hi: K, lo: Q)
+      if constexpr (kGated && !kKeysInRegisters) {  // every warp is done with Q and K: the decayed keys into their tiles (hi: K, lo: Q)
         decay_key_tile<E, DK, kThreads>(k_s + buf * L::qk_tile, q_s + buf * L::qk_tile, L::qk_stride,
                                         gc + GateRows::to_end);
         __syncthreads();
@@ -725,7 +732,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           }
         }
       }
-      if constexpr (kGated && !kShareA) {  // key j by exp(b_L - b_j), in registers
+      if constexpr (kGated && kKeysInRegisters) {  // key j by exp(b_L - b_j), in registers
         add_decayed_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane, gc + GateRows::to_end);
       } else {
         add_kv_step(ds, kt, L::qk_stride, vf, kk, warp * kSRows, lane);  // gated: the decayed keys (16-bit: hi)
