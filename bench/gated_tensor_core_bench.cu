@@ -258,12 +258,14 @@ struct Case {
   bool init_state;
   bool snapshots;  // h written
   int block_dv;    // 0 chooses
+  int segments = 1;  // per sequence: 1 whole, N > 1 split (segment_sums.hpp's gated sums)
 };
 
 struct Outcome {
   double o, h, fs;  // relative L2 over every (sequence, head)
   bool finite;
   int block_dv;
+  int segments;  // what the launcher used
 };
 
 int g_sms = 0;
@@ -332,10 +334,11 @@ Outcome run_case(const Case& cs, std::uint64_t seed, bool level1 = false) {
   args.scale = kScale;
   if (!level1 && !gate.empty()) (per_head(cs.gate) ? args.g_gamma : args.g) = in.g.p;
   const std::vector<std::int64_t> cu = s.cu_seqlens();
-  const auto plan = run_fused_tensor_core<E, OutT, SnapT>(args, cs.block_dv, 1, g_sms, 0, s.packed() ? &cu : nullptr);
+  const auto plan =
+      run_fused_tensor_core<E, OutT, SnapT>(args, cs.block_dv, cs.segments, g_sms, 0, s.packed() ? &cu : nullptr);
   CHECK(cudaDeviceSynchronize());
   const std::vector<double> ho = o.to_host(), hh = h.to_host(), hfs = fs.to_host();
-  Outcome out{0, 0, 0, all_finite(ho) && all_finite(hh) && all_finite(hfs), plan.block_dv};
+  Outcome out{0, 0, 0, all_finite(ho) && all_finite(hh) && all_finite(hfs), plan.block_dv, plan.segments};
   Err eo, eh, efs;
   for (int n = 0; n < s.sequences(); ++n)
     for (int head = 0; head < s.H; ++head) {
@@ -372,12 +375,14 @@ void check_case(const Case& cs) {
   try {
     const Outcome r = run_case<E, OutT, SnapT>(cs, seed);
     // !(x <= level) so that NaN fails
-    const bool pass = r.finite && r.o <= lo && r.h <= lh && r.fs <= lf;  // NaN fails
+    // NaN fails; a split asked for must be the one run
+    const bool split_ok = cs.segments <= 1 || r.segments == cs.segments;
+    const bool pass = r.finite && r.o <= lo && r.h <= lh && r.fs <= lf && split_ok;
     std::snprintf(line, sizeof line,
-                  "%-26s %-48s bv=%-3d %-15s %s  o %.2e/%.2e  h %.2e/%.2e  fs %.2e/%.2e%s",
+                  "%-26s %-48s bv=%-3d seg=%-2d %-15s %s  o %.2e/%.2e  h %.2e/%.2e  fs %.2e/%.2e%s%s",
                   config_name<E, OutT, SnapT>(cs.snapshots).c_str(), cs.shape.describe().c_str(), r.block_dv,
-                  gate_label(cs.gate), cs.init_state ? "s0" : "--", r.o, lo, r.h, lh, r.fs, lf,
-                  r.finite ? "" : "  NON-FINITE (unwritten or overflow)");
+                  r.segments, gate_label(cs.gate), cs.init_state ? "s0" : "--", r.o, lo, r.h, lh, r.fs, lf,
+                  r.finite ? "" : "  NON-FINITE (unwritten or overflow)", split_ok ? "" : "  NOT SPLIT AS ASKED");
     report(pass, line);
   } catch (const std::exception& e) {
     std::snprintf(line, sizeof line, "%-26s %-48s bv=%-3d %-15s threw: %s", config_name<E, OutT, SnapT>(cs.snapshots).c_str(),
@@ -488,16 +493,15 @@ void check_refusals() {
   FusedTensorCoreArgs a = args();
   a.z_state = z.p;
   refused("gate with normalize", a, 1);
-  refused("gate with segments 2", args(), 2);
   a = args();
   a.g_gamma = gamma.p;
   refused("g and g_gamma together", a, 1);
-  // segments 0 (choose) with a gate walks whole sequences.
+  // segments 0 (choose) with a gate splits as level 1 does.
   a = args();
   a.B = 1;
   const auto plan = run_fused_tensor_core<bf16, bf16, bf16>(a, 0, 0, g_sms, 0);
   CHECK(cudaDeviceSynchronize());
-  report(plan.segments == 1, "segments 0 (choose) with a gate runs " + std::to_string(plan.segments) + " segment(s) (must be 1)");
+  report(plan.segments == 2, "segments 0 (choose) with a gate runs " + std::to_string(plan.segments) + " segment(s) (must be 2)");
 }
 
 // ---- The sweep
@@ -587,6 +591,27 @@ void sweep() {
     check_case<E, O, S>({plain(1, 2048, 1, 128, 128), GateName::weak, false, true, 32});
   });
 
+  std::printf("== split sequences (segments forced; initial state; weak decays carry the state across segments)\n");
+  for_each_config([&](auto e, auto out, auto snap) {
+    using E = decltype(e);
+    using O = decltype(out);
+    using S = decltype(snap);
+    int i = 0;
+    const int split_sizes[][2] = {{64, 64}, {128, 128}, {100, 48}, {256, 64}};
+    for (const auto& hs : split_sizes) {
+      if (sizeof(E) == 4 && hs[0] > 128) continue;
+      for (GateName g : gates) {
+        const int segments = 2 + i % 4;  // 1100 tokens, 18 chunks: 2, 3 (6 each), 4 (5, 5, 5, 3), 5 (4, 4, 4, 4, 2)
+        check_case<E, O, S>({plain(1, 1100, 2, hs[0], hs[1]), g, true, true, widest<E, O, S>(hs[0], hs[1]), segments});
+        ++i;
+      }
+    }
+    Case packed_split{packed({1, 63, 700, 65, 1300}, 2, 64, 96), GateName::weak, true, true, 32, 4};
+    check_case<E, O, S>(packed_split);
+    packed_split.gate = GateName::retnet;
+    check_case<E, O, S>(packed_split);
+  });
+
   std::printf("== a gate of zeros gives level 1's bits (exp(0) = 1 multiplies exactly)\n");
   check_zero_gate<bf16, bf16, bf16>(plain(2, 300, 2, 128, 128), 32);
   check_zero_gate<bf16, bf16, bf16>(plain(2, 300, 2, 128, 128), 64);
@@ -651,7 +676,9 @@ int time_mode(int B, int T, int H, int DK, int DV, int block_dv) {
   const Kernel kernels[] = {{"level 1, whole sequences", 1, nullptr, nullptr},
                             {"level 1, segments chosen", 0, nullptr, nullptr},
                             {"per-token g (level 3)", 1, g.p, nullptr},
-                            {"per-head g_gamma (level 2)", 1, nullptr, gamma.p}};
+                            {"g, segments chosen", 0, g.p, nullptr},
+                            {"per-head g_gamma (level 2)", 1, nullptr, gamma.p},
+                            {"g_gamma, segments chosen", 0, nullptr, gamma.p}};
   int rc = 0;
   for (const Kernel& kn : kernels) {
     FusedTensorCoreArgs args{q.p, k.p, v.p, nullptr, o.p, h.p, fs.p, B, T, H, DK, DV, kScale};

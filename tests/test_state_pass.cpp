@@ -4,7 +4,7 @@
 // itself, and within the fp32 level of the fp64 reference on tensor cores.
 // Gated (levels 2 and 3: RetNet's gammas, strong, weak and moderate g), the
 // same: bitwise the gated forward's final state, and within the level of the
-// fp64 gated reference; a gate never gets the tensor-core kind.
+// fp64 gated reference; on tensor cores the gated segment sums, at the fp32 level.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -131,10 +131,9 @@ TEST(StatePass, GatedOtherPathsRunTheGatedForward) {
   }
 }
 
-// The tensor-core kind's segment sums carry no decay: whatever build runs the
-// test, a forward that would take tensor cores with a gate gets the forward
-// kind (whole sequences there), and level 1 keeps the tensor-core kind.
-TEST(StatePass, AGateNeverGetsTheTensorCoreKind) {
+// Whatever build runs the test: plain batches on tensor cores get the
+// tensor-core kind, gated or not (the gated segment sums); packed ones the forward.
+TEST(StatePass, PlainBatchesGetTheTensorCoreKindGatedOrNot) {
   const Problem plain = problem(2, 640, 2, 64, 64);
   Problem packed = plain;
   packed.B = 1;
@@ -146,12 +145,12 @@ TEST(StatePass, AGateNeverGetsTheTensorCoreKind) {
     SCOPED_TRACE(gate_dataset_name(kind));
     ForwardConfig gated;
     gated.gate = kind;
-    EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, gated), StatePassKind::forward);
+    EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, gated), StatePassKind::tensor_core);
     EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, packed, gated), StatePassKind::forward);
     EXPECT_EQ(state_pass_kind_on(GemmPath::host_tile, plain, gated), StatePassKind::fused_tiles);
     EXPECT_EQ(state_pass_kind_on(GemmPath::kokkos_kernels, packed, gated), StatePassKind::fused_tiles);
     EXPECT_EQ(state_pass_kind_on(GemmPath::registers, plain, gated), StatePassKind::forward);
-    // On this build's own choice, too.
+    // On this build's own choice, too (chunk 16: never tensor cores).
     EXPECT_NE(state_pass_kind(plain, gated, DType::bf16), StatePassKind::tensor_core);
   }
 }
@@ -253,6 +252,39 @@ TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
           EXPECT_LE(relative_l2(s.z_state.to_double(), ref.z_state), stored_level(dtype, DType::f32));
           EXPECT_LE(relative_l2(s.z_state.to_double(), f.z_state.to_double()), stored_level(dtype, DType::f32));
         }
+      }
+}
+
+// Gated on tensor cores: each segment's own decayed state and its decay,
+// composed as S = exp(G_j) S + sum_j, against the fp64 gated reference and
+// the gated forward's final state (the fp32 level: the forward walks whole
+// sequences). Weak decays and RetNet's gammas carry the state across the
+// segments, so a decay the composition dropped would fail at every level
+// (on the H200 choose_state_pass_segments cuts each row here into 11 to 65 segments).
+TEST(StatePass, GatedTensorCoresMatchTheReferenceOnGpu) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernels are not built";
+  Problem a = problem(2, 1000, 3, 128, 96);
+  Problem b = problem(1, 4100, 2, 64, 128);
+  Problem c = problem(2, 700, 2, 100, 60);
+  Problem d = problem(1, 900, 2, 192, 80);
+  a.chunk = b.chunk = c.chunk = d.chunk = 64;
+  std::uint64_t seed = 7500;
+  for (const Problem& p : {a, b, c, d})
+    for (const testing::GateCase& g : testing::gate_cases(p, seed + 50))
+      for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+        if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 tensor cores end at DK 128 (tile_rules.hpp)
+        SCOPED_TRACE(g.name + " " + dtype_name(dtype) + " DK " + std::to_string(p.DK) + " DV " + std::to_string(p.DV));
+        ForwardConfig cfg;
+        cfg.gate = g.kind;
+        const ProblemInputs in = random_inputs(p, dtype, ++seed, true);
+        const Tensor gate = gate_tensor(p, g);
+        const StatePassOutput s = state_of(p, cfg, in, &gate);
+        EXPECT_EQ(s.kind, StatePassKind::tensor_core);
+        const InputValues values(in);
+        const reference::Result ref = reference::gated_chunked(p, values.inputs(), reference_gate(g.kind, gate));
+        EXPECT_LE(relative_l2(s.final_state.to_double(), ref.final_state), stored_level(dtype, DType::f32));
+        const ForwardOutput f = gated_forward_of(p, cfg, in, gate);
+        EXPECT_LE(relative_l2(s.final_state.to_double(), f.final_state.to_double()), stored_level(dtype, DType::f32));
       }
 }
 

@@ -5,8 +5,8 @@
 // head sizes that fill the tiles and ones padded on chip, DK != DV; plain and
 // packed batches (lengths 1, 63, 64, 65, 300) with initial states; outputs
 // poisoned first, the path asserted: o, h and final_state against the fp64
-// gated reference at the levels verify uses (core/accuracy_levels.hpp). Split
-// sequences with a gate are refused. Skipped where the build has no tensor cores.
+// gated reference at the levels verify uses (core/accuracy_levels.hpp); split
+// sequences (segments forced) likewise. Skipped where the build has no tensor cores.
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -29,9 +29,10 @@ reference::Gate reference_gate(const testing::GateCase& g, const Tensor& values)
                                       : reference::Gate::per_token(values.to_double());
 }
 
-void expect_tensor_core_gated(const Problem& p, const testing::GateCase& g, DType dtype, bool fp32_out,
-                              SnapshotMode snaps, bool with_state, std::uint64_t seed) {
-  ForwardConfig cfg = testing::tensor_cores(1, 0, fp32_out, snaps, false);
+// Returns the segments per sequence the launcher used.
+int expect_tensor_core_gated(const Problem& p, const testing::GateCase& g, DType dtype, bool fp32_out,
+                             SnapshotMode snaps, bool with_state, std::uint64_t seed, int segments = 1) {
+  ForwardConfig cfg = testing::tensor_cores(segments, 0, fp32_out, snaps, false);
   cfg.gate = g.kind;
   cfg.poison_outputs = true;
   SCOPED_TRACE(g.name + " " + testing::describe(p, cfg, dtype, with_state));
@@ -48,6 +49,7 @@ void expect_tensor_core_gated(const Problem& p, const testing::GateCase& g, DTyp
   EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype)) << "h";
   EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, out.final_state.dtype))
       << "final_state";
+  return out.segments;
 }
 
 TEST(TensorCoreGated, EveryHeadSizeTypeAndGateMatchesReference) {
@@ -68,17 +70,34 @@ TEST(TensorCoreGated, EveryHeadSizeTypeAndGateMatchesReference) {
       }
 }
 
-TEST(TensorCoreGated, SplitSequencesWithAGateAreRefused) {
+// Split sequences (segments forced): each segment starts from the earlier
+// segments' sums decayed through the segments after them (segment_sums.hpp).
+// Weak decays and RetNet's gammas carry the state across segments, so a
+// missing or wrong segment decay shows at every level; packed batches cut
+// every sequence of more than one chunk. The segments used are asserted.
+TEST(TensorCoreGated, SplitSequencesMatchReference) {
   if (!kHaveTensorCores) GTEST_SKIP() << "no tensor-core kernel in this build";
-  const Problem p = testing::plain_problem(1, 4096, 2, 64, 64);
-  ForwardConfig cfg = testing::tensor_cores(4, 0, false, SnapshotMode::bf16, false);
-  cfg.gate = GateKind::per_token;
-  try {
-    check_forward(p, cfg, DType::bf16);
-    ADD_FAILURE() << "segments 4 with a gate was accepted";
-  } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("segments"), std::string::npos) << e.what();
-  }
+  struct Split {
+    Problem p;
+    int segments;  // asked, and used: plain split_segments, packed the most-split sequence
+  };
+  const Split splits[] = {{testing::plain_problem(1, 1100, 2, 64, 64), 2},
+                          {testing::plain_problem(1, 1100, 2, 64, 64), 5},  // 18 chunks: 4, 4, 4, 4, 2
+                          {testing::plain_problem(2, 600, 2, 100, 48), 3},  // padded on chip
+                          {testing::plain_problem(1, 700, 2, 128, 128), 4},
+                          {testing::plain_problem(1, 600, 1, 256, 64), 2},
+                          {testing::packed_problem({1, 63, 700, 65, 1300}, 2, 64, 96), 4}};
+  std::uint64_t seed = 29500;
+  for (const Split& sp : splits)
+    for (const testing::GateCase& g : testing::gate_cases(sp.p, seed))
+      for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+        ++seed;
+        if (dtype == DType::f32 && sp.p.DK > 128) continue;  // fp32 inputs take tensor cores up to DK 128
+        EXPECT_EQ(expect_tensor_core_gated(sp.p, g, dtype, false, SnapshotMode::bf16, true, seed, sp.segments),
+                  sp.segments);
+        EXPECT_EQ(expect_tensor_core_gated(sp.p, g, dtype, true, SnapshotMode::accumulation, true, seed, sp.segments),
+                  sp.segments);
+      }
 }
 
 }  // namespace

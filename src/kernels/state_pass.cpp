@@ -24,9 +24,8 @@ StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DTy
 }
 
 StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config) {
-  // Gated on tensor cores: the forward (whole sequences, its own bits), not the undecayed segment sums.
-  if (path == GemmPath::tensor_core) return p.varlen() || config.gate != GateKind::none ? StatePassKind::forward
-                                                                                        : StatePassKind::tensor_core;
+  // Packed batches on tensor cores: the forward (the segment sums walk plain rows only).
+  if (path == GemmPath::tensor_core) return p.varlen() ? StatePassKind::forward : StatePassKind::tensor_core;
   const bool tiles = path == GemmPath::host_tile || path == GemmPath::kokkos_kernels;
   if (config.variant == Variant::fused && tiles && !config.normalize) return StatePassKind::fused_tiles;
   return StatePassKind::forward;

@@ -14,15 +14,15 @@ namespace linattn {
 
 // Which kernel computes it, on this build, for a forward run with `config`:
 enum class StatePassKind {
-  tensor_core,  // segment sums on tensor cores (plain batches, level 1): the forward's arithmetic when it splits a sequence
+  tensor_core,  // segment sums on tensor cores (plain batches, gated or not): the forward's arithmetic when it splits a sequence
   fused_tiles,  // the fused TeamPolicy kernel's state update alone: its final state, bitwise (no normalize)
   forward,      // no state kernel for this path: the forward itself, q = k, snapshots off (bitwise, full cost)
 };
 const char* state_pass_kind_name(StatePassKind k);
 StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DType input);
 // The same rule for a forward that takes tile-product path `path` (choose_forward_path's answer on some
-// build): a gate never gets the tensor-core kind, whose segment sums carry no decay; a gated forward on
-// tensor cores runs whole sequences (path_choice.cpp), so the forward itself is its final state, bitwise.
+// build): plain batches on tensor cores get the tensor-core kind, gated or not (the gated segment sums,
+// cuda/segment_sums.hpp), packed ones the forward.
 StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config);
 
 // The state pass's kernel time as a fraction of a forward's on the same

@@ -36,6 +36,8 @@ void run_tensor_core_state_pass(const Problem& p, const StatePassViews<In, Acc>&
     args.H = static_cast<int>(p.H);
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
+    args.g = views.g.extent(0) > 0 ? views.g.data() : nullptr;  // the gate in fp32 (Acc), as the forward takes it
+    args.g_gamma = views.g_gamma.extent(0) > 0 ? views.g_gamma.data() : nullptr;
     cuda::run_state_pass_tensor_core<E>(args, current_device_sms(), ExecSpace().cuda_stream());
   } else {
     throw std::logic_error("tensor-core state pass on a type it does not take");
@@ -48,8 +50,6 @@ template <class In, class Acc>
 void run_state_pass_on(const Problem& p, const ForwardConfig& config, StatePassKind kind,
                        const StatePassViews<In, Acc>& views, const DeviceView3<Acc>& z0, const DeviceView3<Acc>& z_state) {
   if (kind == StatePassKind::tensor_core) {
-    // Its segment sums carry no decay: a gated problem gets another kind (state_pass_kind_on).
-    if (views.gated()) throw std::logic_error("run_state_pass_on: the tensor-core state pass takes no gate");
 #if defined(KOKKOS_ENABLE_CUDA)
     run_tensor_core_state_pass<In, Acc>(p, views, z0, z_state);
     return;

@@ -59,7 +59,7 @@ struct TensorCoreNormalize {
 
 // Runs the fused variant on tensor cores (segments: 0 chooses), over plain or
 // packed batches; with `normalize`, o is divided in the same pass; with a
-// gate in the views (g or g_gamma), the gated levels on whole sequences.
+// gate in the views (g or g_gamma), the gated levels (split sequences too).
 // Returns what it used.
 template <class Views>
 TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments,

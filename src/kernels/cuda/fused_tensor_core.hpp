@@ -32,8 +32,9 @@ struct FusedTensorCorePlan {
 // cu_seqlens (host, N + 1 offsets, B = 1) makes a packed batch: its
 // sequences are walked as packed_schedule.hpp lists them. args.z_state
 // non-null normalizes o in the same pass (initial_z optional). args.g or
-// args.g_gamma runs the gated kernel: whole sequences only (segments 0 or 1;
-// split ones would need a gated segment-sum pass) and no normalization.
+// args.g_gamma runs the gated kernels (no normalization): a split sequence's
+// segment sums are then each segment's own decayed state, and its decay
+// (segment_sums.hpp), which the fused kernel applies as it adds them.
 // Which problems come here is choose_path's rule (kernels/path_choice.cpp);
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
@@ -49,10 +50,6 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   if (gated) {
     if (args.g && args.g_gamma) throw std::invalid_argument("tensor-core fused: a gate is g or g_gamma, not both");
     if (normalize) throw std::invalid_argument("tensor-core fused: normalize with a gate is not supported");
-    if (segments > 1)
-      throw std::invalid_argument("tensor-core fused: a gate needs whole sequences (segments 0 or 1): "
-                                  "split sequences would need a gated segment-sum pass");
-    segments = 1;
   }
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
@@ -78,8 +75,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128
   // columns) and 256 (blocks of 32, and 64 with one state tile), level 1 with
   // and without normalization and gated (never both), exact or padded
-  // (tile_rules.hpp). f(dk, bv, norm, gate, pad); the segment sums ignore
-  // gate (gated runs have no segments).
+  // (tile_rules.hpp). f(dk, bv, norm, gate, pad).
   auto with_shape = [&](int bv, auto f) {
     const bool exact = exact_tiles(args.DK, args.DV, bv);
     auto with_pad = [&](auto dk, auto bvc, auto norm, auto gate) {
@@ -126,12 +122,14 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     const std::size_t rows = std::size_t(schedule.sum_rows) * args.H;
     StreamBuffer sums(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     StreamBuffer zsums(normalize ? rows * args.DK * sizeof(float) : 0, stream, "tensor-core fused: segment key sums");
+    StreamBuffer decays(gated ? rows * sizeof(float) : 0, stream, "tensor-core fused: segment decays");
     if (n_sums > 0) {
       args.work = work.as<TensorCoreWork>() + n_walks;
-      with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto, auto pad) {
+      with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                    decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums),
-                                                          sums.as<float>(), zsums.as<float>(), stream);
+                                    decltype(pad)::value, decltype(gate)::value>(
+            args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums), sums.as<float>(), zsums.as<float>(), stream,
+            decays.as<float>());
       });
     }
     args.work = work.as<TensorCoreWork>();
@@ -141,12 +139,12 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
       with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
                                          decltype(pad)::value, decltype(gate)::value>(
-            args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks), stream);
+            args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks), stream, decays.as<float>());
       });
     return {block_dv, segments};
   }
 
-  std::unique_ptr<StreamBuffer> sums, zsums;
+  std::unique_ptr<StreamBuffer> sums, zsums, decays;
   if (segments > 1) {
     const SegmentSplit split = split_segments(NT, segments);
     args.seg_chunks = split.seg_chunks;
@@ -155,10 +153,12 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     sums = std::make_unique<StreamBuffer>(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     zsums = std::make_unique<StreamBuffer>(normalize ? rows * args.DK * sizeof(float) : 0, stream,
                                            "tensor-core fused: segment key sums");
-    with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto, auto pad) {
+    decays = std::make_unique<StreamBuffer>(gated ? rows * sizeof(float) : 0, stream, "tensor-core fused: segment decays");
+    with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
       detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                  decltype(pad)::value>(args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H),
-                                                        sums->as<float>(), zsums->as<float>(), stream);
+                                  decltype(pad)::value, decltype(gate)::value>(
+          args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H), sums->as<float>(), zsums->as<float>(),
+          stream, decays->as<float>());
     });
     args.seg_sums = sums->as<float>();
     args.seg_zsums = zsums->as<float>();
@@ -166,7 +166,8 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
     detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
                                      decltype(pad)::value, decltype(gate)::value>(
-        args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments), stream);
+        args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments), stream,
+        decays ? decays->as<float>() : nullptr);
   });
   return {block_dv, segments};
 }

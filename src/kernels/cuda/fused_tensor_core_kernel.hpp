@@ -44,6 +44,7 @@
 // operands: decay_key_tile, add_decayed_kv_step).
 #pragma once
 
+#include "kernels/cuda/chunk_decay.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/fused_common.hpp"
 #include "kernels/cuda/mma_primitives.hpp"
@@ -139,20 +140,6 @@ template <class E, class OutT, class SnapT>
 constexpr bool kStageSnapshot =
     sizeof(E) == 2 && sizeof(SnapT) == 2 && !std::is_same<SnapT, E>::value && !kSplitState<E, OutT>;
 
-// The gated kernel's second parameter (FusedTensorCoreKernelArgs says why it is not a field).
-struct GatePointers {
-  const float* g;        // [B, T, H] or null
-  const float* g_gamma;  // [H] or null
-};
-
-// The gated kernel's decay of a chunk in shared memory (GateRows floats per
-// buffer, two buffers: chunk c in c & 1), in log2 units for exp2f:
-// [0, 64) b_i log2(e), [64, 128) exp(b_i), [128, 192) exp(b_L - b_i), [192] exp(b_L).
-struct GateRows {
-  static constexpr int b = 0, decay = kChunk, to_end = 2 * kChunk, whole = 3 * kChunk;
-  static constexpr int floats = 4 * kChunk;
-};
-
 // The gated state update's keys, scaled once per block of 512 threads
 // (kKeysInRegisters in the kernel): row j of the chunk's K tile times w[j] =
 // exp(b_L - b_j) in fp32, fp32 tiles in place, 16-bit ones as hi (in place) +
@@ -219,8 +206,9 @@ struct Layout {
 // DK is the DK tile (tile_rules.hpp); args.DK the head's keys. With kPad the
 // rows past args.DK and the columns past args.DV are zero on chip and never
 // stored; without it the tiles hold the head exactly.
-// Gate: empty for level 1; GatePointers for the gated levels (whole
-// sequences, no normalization). The gate's code is compiled only into the
+// Gate: empty for level 1; GatePointers for the gated levels (no
+// normalization; a segment of a split sequence starts from the earlier
+// segments' sums, each decayed through the segments after it). The gate's code is compiled only into the
 // gated instantiations, so that level 1's kernels stay as they were.
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPacked, bool kPad, class... Gate>
 __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
@@ -354,7 +342,10 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
                            ? args.initial_state[(std::size_t(work.state_row) * dk + row) * DV + v0 + cg + col]
                            : 0.0f;
       }
-  for (int j = 0; j < work.seg; ++j)  // plus the sums of the segments before this one
+  for (int j = 0; j < work.seg; ++j) {  // plus the sums of the segments before this one
+    // Gated: the state decays through segment j first (S = exp(G_j) S + its sum, as a chunk's update).
+    [[maybe_unused]] float decay = 1.0f;
+    if constexpr (kGated) decay = exp2f(gp.seg_log2_decay[std::size_t(work.sum_row0) + std::size_t(j) * H]);
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
@@ -362,9 +353,13 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2), col = 8 * nt + 2 * t4 + (e % 2);
-          if (!kPad || (row < dk && cg + col < n_cols))
-            s[mt][nt][e] += args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * dk + row) * DV + v0 + cg + col];
+          if (!kPad || (row < dk && cg + col < n_cols)) {
+            const float x = args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * dk + row) * DV + v0 + cg + col];
+            if constexpr (kGated) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], decay, x);
+            else s[mt][nt][e] += x;
+          }
         }
+  }
 
   // Normalization: z before chunk c in z_s[c & 1]; thread p < DK/2 owns its
   // columns 2p, 2p+1 from the start (z0 + earlier segments' key sums) to
@@ -404,37 +399,11 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
   // where the key rows are zero and the output rows are never stored.
   float* const gate_s = reinterpret_cast<float*>(shared_raw + L::gate_offset);  // [2][GateRows::floats]
   float* const g_next = gate_s + 2 * GateRows::floats;                         // [64]
-  auto copy_gate = [&](int c) {  // per head: g_gamma[h] for every token
-    #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int t = c * kChunk + 2 * lane + e;
-      const float* src = gp.g ? gp.g + (work.token0 + std::size_t(t < T ? t : 0)) * H + hh : gp.g_gamma + hh;
-      cp_async4(g_next + 2 * lane + e, src, t < T ? 4 : 0);
-    }
+  auto copy_gate = [&](int c) {  // a group of its own
+    copy_chunk_gate(g_next, gp, work.token0, T, H, hh, c, lane);
     cp_async_commit();
   };
-  // b_i log2(e) by an inclusive scan over the lanes' pairs (exp(x) = exp2(x log2 e)):
-  // every exponent a difference of these sums, so <= 0 up to their rounding.
-  auto make_decay = [&](int c) {
-    constexpr float kLog2e = 1.4426950408889634f;
-    const float x0 = g_next[2 * lane] * kLog2e, x1 = g_next[2 * lane + 1] * kLog2e;  // the lane's own copies
-    float incl = x0 + x1;
-    #pragma unroll
-    for (int step = 1; step < 32; step *= 2) {
-      const float y = __shfl_up_sync(0xffffffffu, incl, step);
-      if (lane >= step) incl += y;
-    }
-    float before = __shfl_up_sync(0xffffffffu, incl, 1);
-    if (lane == 0) before = 0.0f;
-    const float b0 = before + x0, b1 = b0 + x1;
-    const int last = max(min(kChunk, T - c * kChunk), 1) - 1;  // the chunk's last token: b_L
-    const float bl = __shfl_sync(0xffffffffu, (last & 1) ? b1 : b0, last >> 1);
-    float* d = gate_s + (c & 1) * GateRows::floats + 2 * lane;
-    *reinterpret_cast<float2*>(d + GateRows::b) = make_float2(b0, b1);
-    *reinterpret_cast<float2*>(d + GateRows::decay) = make_float2(exp2f(b0), exp2f(b1));
-    *reinterpret_cast<float2*>(d + GateRows::to_end) = make_float2(exp2f(bl - b0), exp2f(bl - b1));
-    if (lane == 0) d[GateRows::whole] = exp2f(bl);
-  };
+  auto make_decay = [&](int c) { make_chunk_decay(g_next, last_token_of_chunk(c, T), lane, gate_s + (c & 1) * GateRows::floats); };
 
   // Publishes the state: hi/lo 16-bit copies into shared memory for Q S, and
   // the snapshot h[c] (or the final state when c == NT) to device memory.
@@ -789,8 +758,10 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
 }
 
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
+// seg_log2_decay: split gated sequences' segment decays (segment_sum_kernel's), else null.
 template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad, bool kGated>
-void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream) {
+void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream,
+                              float* seg_log2_decay = nullptr) {
   if constexpr (kFp32Tiles<E> && BV > max_block_dv(DK, false, true)) {  // fp32 tiles of this block do not fit
     throw std::invalid_argument("tensor-core fused: block_dv too wide for fp32 inputs at this DK tile");
   } else {
@@ -802,7 +773,7 @@ void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaSt
     check_launch(cudaGetLastError(), "fused tensor-core launch");
   };
   if constexpr (kGated) {
-    const GatePointers gate{args.g, args.g_gamma};
+    const GatePointers gate{args.g, args.g_gamma, seg_log2_decay};
     if (args.work) launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, true, kPad, GatePointers>, gate);
     else launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, false, kPad, GatePointers>, gate);
   } else {

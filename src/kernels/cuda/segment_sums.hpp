@@ -3,6 +3,7 @@
 // with the fused kernel's accuracy rule.
 #pragma once
 
+#include "kernels/cuda/chunk_decay.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/fused_common.hpp"
 #include "kernels/cuda/tile_rules.hpp"
@@ -28,25 +29,40 @@ namespace detail {
 // read from L2 four times and L2 bandwidth set the pace (267 us at
 // 1,32768,32,128 with 8 segments, measured with ncu).
 // fp32 tiles take twice the bytes: two buffers (four would need 270 KiB at DK 128).
+// Gated (Gate = GatePointers): each segment's sum is its tokens' own state, the
+// fused kernel's recurrence from zero (S = exp(b_L) S + the decayed K^T V, with
+// chunk_decay.hpp's factors), and its decay log2(e) * sum(g) goes to
+// seg_log2_decay[row]. Every warp makes the chunk's factors itself, in a
+// buffer of its own, so that no barrier more is needed.
 template <class E>
 constexpr int kSumStages = sizeof(E) == 2 ? 4 : 2;
-template <class E, int DK, int BV>
+template <class E, int DK, int BV, bool kGated = false>
 struct SumLayout {
   static constexpr int k_stride = DK + kPadOf<E>, v_stride = BV + kPadOf<E>;
   static constexpr int k_tile = kChunk * k_stride, v_tile = kChunk * v_stride;
-  static constexpr std::size_t bytes = std::size_t(kSumStages<E>) * (k_tile + v_tile) * sizeof(E);
+  static constexpr std::size_t tiles_bytes = std::size_t(kSumStages<E>) * (k_tile + v_tile) * sizeof(E);
+  // Gated: each stage's 64 log-decays, then each warp's factors (GateRows).
+  static constexpr std::size_t gate_bytes =
+      kGated ? (std::size_t(kSumStages<E>) * kChunk + std::size_t(BV / 8) * GateRows::floats) * sizeof(float) : 0;
+  static constexpr std::size_t bytes = tiles_bytes + gate_bytes;
 };
 
-template <class E, int DK, int BV, bool kNormalize, bool kPad>
-__global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKernelArgs args, float* sums, float* zsums) {
+template <class E, int DK, int BV, bool kNormalize, bool kPad, class... Gate>
+__global__ void __launch_bounds__(4 * BV)
+    segment_sum_kernel(FusedTensorCoreKernelArgs args, float* sums, float* zsums, Gate... gate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using L = SumLayout<E, DK, BV>;
+  constexpr bool kGated = sizeof...(Gate) == 1;
+  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
+  [[maybe_unused]] const GatePointers gp{gate...};  // level 1: none
+  using L = SumLayout<E, DK, BV, kGated>;
   static_assert(L::bytes <= 232448, "the block's shared memory");
   constexpr int kStages = kSumStages<E>;
   constexpr int kThreads = 4 * BV, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = kGroupWidth / 8;
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* k_s = reinterpret_cast<E*>(shared_raw);  // [kStages][64][k_stride]
   E* v_s = k_s + kStages * L::k_tile;         // [kStages][64][v_stride]
+  float* const g_s = reinterpret_cast<float*>(shared_raw + L::tiles_bytes);  // gated: [kStages][64]
+  float* const rows_s = g_s + kStages * kChunk + (threadIdx.x >> 5) * GateRows::floats;  // gated: this warp's factors
   const int lane = threadIdx.x & 31, warp = (threadIdx.x >> 5) % 4, cg = kGroupWidth * (threadIdx.x >> 7);
   const int g = lane >> 2, t4 = lane & 3;
   const int H = args.H, DV = args.DV;
@@ -81,6 +97,8 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
     const int stage = (c - c_begin) % kStages;
     constexpr int n = kVec<E>;  // elements per 16-byte piece
     if (c < c_end) {
+      if constexpr (kGated)
+        if (threadIdx.x < 32) copy_chunk_gate(g_s + stage * kChunk, gp, token0, T, H, hh, c, lane);
       for (int i = threadIdx.x; i < kChunk * (DK / n); i += kThreads) {
         const int r = i / (DK / n), sg = i % (DK / n), t = c * kChunk + r;
         E* dst = k_s + stage * L::k_tile + r * L::k_stride + sg * n;
@@ -98,6 +116,7 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
   };
   float s[kSMTiles][kNTiles][4] = {};
   float2 zacc = make_float2(0.0f, 0.0f);  // normalization: this thread's part of the key sum
+  [[maybe_unused]] float log2_decay = 0.0f;  // gated: the segment's, log2(e) * sum(g)
   for (int c = c_begin; c < c_begin + kStages - 1; ++c) load(c);
   for (int c = c_begin; c < c_end; ++c) {
     const int stage = (c - c_begin) % kStages;
@@ -107,15 +126,21 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
     const E* kt = k_s + stage * L::k_tile;
     const E* vt = v_s + stage * L::v_tile + cg;
     float ds[kSMTiles][kNTiles][4] = {};
+    if constexpr (kGated) {
+      log2_decay += make_chunk_decay(g_s + stage * kChunk, last_token_of_chunk(c, T), lane, rows_s);
+      __syncwarp();
+    }
     #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       typename Elem<E>::Frag vf[kNTiles / 2][4];
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + 16 * np + 8 * (lane >> 4));
-      add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
+      if constexpr (kGated) add_decayed_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane, rows_s + GateRows::to_end);
+      else add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
     }
-    add_tiles(s, ds);
+    if constexpr (kGated) decay_add_tiles(s, rows_s[GateRows::whole], ds);
+    else add_tiles(s, ds);
     if constexpr (kNormalize) {
       const float2 x = key_sum_part<E, DK, kThreads>(kt, L::k_stride);
       zacc.x += x.x;
@@ -123,6 +148,8 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
     }
   }
   cp_async_wait_all();
+  if constexpr (kGated)
+    if (v0 == 0 && threadIdx.x == 0) gp.seg_log2_decay[row] = log2_decay;
   if constexpr (kNormalize) {  // the parts through the (now idle) stage buffers, added in order
     __syncthreads();
     float* parts = reinterpret_cast<float*>(shared_raw);
@@ -151,14 +178,22 @@ __global__ void __launch_bounds__(4 * BV) segment_sum_kernel(FusedTensorCoreKern
 #endif
 }
 
-template <class E, int DK, int BV, bool kNormalize, bool kPad>
-void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream) {
-  auto kernel = segment_sum_kernel<E, DK, BV, kNormalize, kPad>;
-  const std::size_t bytes = SumLayout<E, DK, BV>::bytes;
-  check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-               "cudaFuncSetAttribute");
-  kernel<<<grid, 4 * BV, bytes, stream>>>(args, sums, zsums);
-  check_launch(cudaGetLastError(), "segment sum launch");
+// kGated runs the gated kernel (args.g or args.g_gamma): seg_log2_decay receives each row's decay.
+template <class E, int DK, int BV, bool kNormalize, bool kPad, bool kGated = false>
+void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream,
+                         float* seg_log2_decay = nullptr) {
+  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
+  auto launch = [&](auto kernel, auto... gate) {
+    const std::size_t bytes = SumLayout<E, DK, BV, kGated>::bytes;
+    check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+                 "cudaFuncSetAttribute");
+    kernel<<<grid, 4 * BV, bytes, stream>>>(args, sums, zsums, gate...);
+    check_launch(cudaGetLastError(), "segment sum launch");
+  };
+  if constexpr (kGated)
+    launch(segment_sum_kernel<E, DK, BV, false, kPad, GatePointers>, GatePointers{args.g, args.g_gamma, seg_log2_decay});
+  else
+    launch(segment_sum_kernel<E, DK, BV, kNormalize, kPad>);
 }
 
 }  // namespace detail
