@@ -68,8 +68,8 @@ CaseStorage storage_of(const OutputLayout& l) {
 
 // Small windows, so that every case has several (packed: cut inside sequences too).
 std::vector<Window> windows_of(const Case& c) {
-  const std::int64_t bytes = 40 * 1024;
-  return plan_windows(c.p, storage_of(c.layout), {bytes, bytes, bytes});
+  const std::int64_t kib = 1024;
+  return plan_windows(c.p, storage_of(c.layout), {12 * kib, 24 * kib, 1024 * kib});
 }
 
 // Each window's output slot: seeded random bytes of its layout's size.
@@ -173,7 +173,7 @@ TEST(RawWindowWrites, WriteStageWithRawWritersGivesHdf5sFile) {
       pipeline::HostRegion region(2 * slot_size, false);
       pipeline::SlotPool pool(region, 2);
       std::ostringstream lines, bar;
-      pipeline::ProgressReporter progress(lines, bar, false);
+      ProgressReporter progress(lines, bar, false);
       std::promise<std::string> committed;
       {
         pipeline::WriteStage stage(pool, progress, writers);

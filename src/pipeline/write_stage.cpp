@@ -185,8 +185,10 @@ void WriteStage::write_raw(const std::shared_ptr<CaseWrite>& c, const Window& w,
     std::function<void()> held;
     {
       std::lock_guard<std::mutex> lock(cw.mutex);
-      if (--cw.pending == 0) held = std::move(cw.held_back);
-      cw.held_back = nullptr;
+      if (--cw.pending == 0) {
+        held = std::move(cw.held_back);
+        cw.held_back = nullptr;
+      }
     }
     if (held) jobs_.push(std::move(held));
     std::lock_guard<std::mutex> lock(raw_mutex_);
