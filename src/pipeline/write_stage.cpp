@@ -67,11 +67,23 @@ WriteStage::~WriteStage() {
   for (std::thread& t : raw_threads_) t.join();
 }
 
-void WriteStage::note_failure(CaseWrite& c, const std::string& error) {
+void WriteStage::note_failure(CaseWrite& c, const std::string& error, std::int64_t file_offset) {
   std::lock_guard<std::mutex> lock(c.mutex);
-  if (c.failed.load()) return;
+  // Pieces fail in any order: of the raw failures the one nearest the file's
+  // start is reported, the dataset the HDF5 path (in file order) would name.
+  const bool nearer = file_offset >= 0 && c.error_offset >= 0 && file_offset < c.error_offset;
+  if (c.failed.load() && !nearer) return;
   c.error = error;
+  c.error_offset = file_offset;
   c.failed.store(true);
+}
+
+bool WriteStage::skip_after_failure(CaseWrite& c, std::int64_t file_offset) {
+  if (!c.failed.load()) return false;
+  std::lock_guard<std::mutex> lock(c.mutex);
+  // A piece before a raw failure is still written: if it fails too, it names
+  // the dataset, whatever order the pieces ran in.
+  return c.error_offset < 0 || file_offset >= c.error_offset;
 }
 
 void WriteStage::fail(CaseWrite& c, const std::string& error) {
@@ -213,11 +225,11 @@ void WriteStage::write_raw(const std::shared_ptr<CaseWrite>& c, const Window& w,
       auto piece = [this, job, window_done, run = pieces[i]] {
         const auto start = std::chrono::steady_clock::now();
         CaseWrite& c2 = *job->c;
-        if (!c2.failed.load()) {
+        if (!skip_after_failure(c2, run.file_offset)) {
           try {
             write_run(c2.raw_fd, run, outputs_.data(job->slot), c2.path);
           } catch (const std::exception& e) {
-            note_failure(c2, e.what());
+            note_failure(c2, e.what(), run.file_offset);
           }
         }
         add_seconds(writing_, start);

@@ -48,6 +48,7 @@ struct CaseWrite {
   int cleanup_token = -1;
   std::atomic<bool> failed{false};
   std::string error;  // set before `failed`, under `mutex`
+  std::int64_t error_offset = -1;  // a raw write's failure: where in the file
 
   // Raw writes (decided when the case is queued): the .partial file opened
   // for pwrite and the datasets' offsets, set by the open job.
@@ -89,8 +90,11 @@ class WriteStage {
   int raw_writers() const { return static_cast<int>(raw_threads_.size()); }
 
  private:
-  // Records the first error (any thread).
-  static void note_failure(CaseWrite& c, const std::string& error);
+  // Records the first error (any thread); a raw write's (file_offset >= 0)
+  // replaces a raw one farther into the file.
+  static void note_failure(CaseWrite& c, const std::string& error, std::int64_t file_offset = -1);
+  // Whether a raw piece at file_offset is left unwritten: the case failed, and not farther into the file.
+  static bool skip_after_failure(CaseWrite& c, std::int64_t file_offset);
   // note_failure, then closes and removes what the case made (HDF5 thread, no raw writes pending).
   void fail(CaseWrite& c, const std::string& error);
   void write_raw(const std::shared_ptr<CaseWrite>& c, const Window& w, const WindowLayout& l, int slot,
