@@ -98,47 +98,18 @@ for step in $steps; do
     e2e-backward)  # linattn backward file to file beside the h5py + torch + fla backward script (outputs in RAM)
       python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
         --cases 4 --json "$LOGS/e2e-backward.json" 2>&1 | tee "$LOGS/e2e-backward.txt" ;;
-    writers)  # linattn run with 0 (HDF5 on one thread), 1, 2, 4 and 8 raw writers, and 3 readers, same run; dd of the same bytes into /dev/shm with 1 and 4 writers
-      d=${WRITERS_DIR:-/dev/shm/linattn-writers}; rm -rf "$d"; mkdir -p "$d"
-      "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 8,8192,16,128,128 --dtype fp16 --seed 5 --cases 4 > /dev/null
+    write-bandwidth)  # what writing BYTES (default 3.25 GB, run's output of 4 cases of 8,8192,16,128) costs where run writes: dd into 1 and into 4 files, pwrite into one file from 1-8 threads
+      d=${WRITE_DIR:-/dev/shm/linattn-write-bandwidth}; bytes=${BYTES:-3254810848}; rm -rf "$d"; mkdir -p "$d"
       {
-        echo "== 4 cases of (8,8192,16,128) fp16, h bf16, --no-fsync, outputs in /dev/shm; input $(du -m "$d/in.h5" | cut -f1) MiB"
-        run_one() {  # label, run arguments: one untimed run, then one timed
-          rm -rf "$d/out"; "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out" --no-fsync --snapshots bf16 "$@" > /dev/null 2>&1
-          rm -rf "$d/out"; local t0=$(date +%s.%N)
-          "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out" --no-fsync --snapshots bf16 "$@" > "$d/log.txt" 2>&1
-          local t1=$(date +%s.%N) out_mib=$(du -cm "$d"/out/*.h5 | tail -1 | cut -f1)
-          echo "$1: wall $(python3 -c "print(f'{$t1 - $t0:.3f}')") s, output $out_mib MiB"
-          grep -E "pipeline:|peak RSS" "$d/log.txt" | sed 's/^/    /'
-        }
-        for w in 0 1 2 4 8; do
-          run_one "--writers $w" --writers $w
-          if [[ $w == 0 ]]; then mkdir -p "$d/hdf5"; mv "$d"/out/*.h5 "$d/hdf5/"; fi
-        done
-        run_one "--writers 4 --readers 3" --writers 4 --readers 3
-        echo "== every case written by 4 raw writers against the same case written through HDF5 alone"
-        for f in "$d"/hdf5/*.h5; do python3 bench/same_bits.py "$f" "$d/out/$(basename "$f")"; done
-        rm -rf "$d/hdf5"
-        bytes=$(du -cb "$d"/out/*.h5 | tail -1 | cut -f1)
-        echo "== dd of the output's bytes ($bytes) into /dev/shm from /dev/zero, 64 MiB blocks"
+        df -h "$d" | tail -1
         for n in 1 4; do
-          rm -f "$d"/dd.*; t0=$(date +%s.%N)
-          for i in $(seq 1 $n); do dd if=/dev/zero of="$d/dd.$i" bs=64M count=$(( bytes / n / 67108864 + 1 )) status=none & done; wait
-          t1=$(date +%s.%N); echo "dd, $n writer(s), one file each: $(python3 -c "print(f'{$bytes / ($t1 - $t0) / 1e9:.2f}')") GB/s"
+          count=$(( bytes / n / 67108864 + 1 )); t0=$(date +%s.%N)
+          for i in $(seq 1 $n); do dd if=/dev/zero of="$d/dd.$i" bs=64M count=$count status=none & done; wait
+          t1=$(date +%s.%N); rm -f "$d"/dd.*
+          echo "dd, $n writer(s), one file each, $(( n * count * 64 )) MiB: $(python3 -c "print(f'{$n * $count * 67108864 / ($t1 - $t0) / 1e9:.2f}')") GB/s"
         done
-        rm -f "$d"/dd.*
-        python3 /dev/stdin "$d/one.bin" "$bytes" <<'PY'
-import os, sys, threading, time
-path, total = sys.argv[1], int(sys.argv[2]); piece = 8 << 20; buf = os.urandom(piece); n = total // piece
-for T in (1, 2, 4, 8):
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    t = time.perf_counter()
-    ths = [threading.Thread(target=lambda i: [os.pwrite(fd, buf, j * piece) for j in range(i, n, T)], args=(i,)) for i in range(T)]
-    [x.start() for x in ths]; [x.join() for x in ths]
-    dt = time.perf_counter() - t; os.close(fd); os.remove(path)
-    print(f"pwrite of 8 MiB pieces into one file, {T} thread(s): {n * piece / dt / 1e9:.2f} GB/s")
-PY
-      } 2>&1 | tee "$LOGS/writers.txt"
+        python3 bench/pwrite_bandwidth.py "$d/one.bin" "$bytes"
+      } 2>&1 | tee "$LOGS/write-bandwidth.txt"
       rm -rf "$d" ;;
     budget)  # a case 4x larger than --memory-budget: same bits as an unbudgeted run, peak RSS within the budget
       d=${BUDGET_DIR:-/dev/shm/linattn-budget}; rm -rf "$d"; mkdir -p "$d"

@@ -24,10 +24,8 @@
 #include "pipeline/signal_cleanup.hpp"
 #include "pipeline/write_stage.hpp"
 
-#include <sched.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -135,17 +133,6 @@ RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem&
 
 namespace {
 
-// --writers -1: one raw writer per core this process may run on, at most 4
-// (two share the 2-core CI machine; BENCHMARKS.md, "End to end", has the
-// scaling); 0: none, every window through HDF5 on its one thread.
-int raw_writer_count(int asked) {
-  if (asked >= 0) return asked;
-  cpu_set_t mask;
-  const int cores = sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
-  return std::clamp(cores, 1, 4);
-}
-
-
 // Everything one batch shares: the buffers, the reader process, the writer
 // thread, the compute stages (one per type combination, warmed up once).
 class Batch {
@@ -160,7 +147,7 @@ class Batch {
         outputs_(std::int64_t(split_.output_slots) * split_.slot_bytes, false),
         input_slots_(inputs_, split_.input_slots),
         output_slots_(outputs_, split_.output_slots),
-        writer_(output_slots_, progress, raw_writer_count(opt.writers)) {
+        writer_(output_slots_, progress) {
     // Several readers read windows side by side (window i: reader i mod n);
     // each is a process of its own, with its own copy of libhdf5.
     const int readers = std::max(1, std::min(opt.readers, split_.input_slots));
@@ -188,9 +175,7 @@ class Batch {
     return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
            s(reader_busy()) + " (" + std::to_string(readers_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
            ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
-           s(wait_output_) + "; writer busy " + s(w.writing) +
-           (writer_.raw_writers() > 0 ? " (" + std::to_string(writer_.raw_writers()) + " threads together)" : "") +
-           ", making files durable " + s(w.committing) + "; " +
+           s(wait_output_) + "; writer busy " + s(w.writing) + ", making files durable " + s(w.committing) + "; " +
            std::to_string(split_.input_slots) + "+" + std::to_string(split_.output_slots) + " slots of " +
            (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
                                                : std::to_string(split_.slot_bytes >> 10) + " KiB") + (pinned() ? ", page-locked" : "");

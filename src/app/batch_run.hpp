@@ -39,7 +39,6 @@ struct RunOptions {
   double case_timeout = 1800;    // seconds the reader may take on one case (listing a file counts as one)
   std::string reader_exe;        // the program started as the reader process; "": this program
   int readers = 2;               // reader processes reading windows side by side
-  int writers = -1;              // threads writing contiguous outputs' windows (pipeline/write_stage.hpp); -1 chooses, 0 none
   bool progress_bar = true;      // a redrawn bar when stderr is a terminal
   bool context_parallel = false;  // every case split along T over the MPI ranks (context_parallel_run.hpp)
   double carry_cost = -1;  // context parallel: the state pass's time per token over the forward's; < 0: measured one

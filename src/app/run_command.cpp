@@ -28,7 +28,6 @@ Command add_run_command(CLI::App& parent) {
     std::string memory_budget;
     double case_timeout = 1800;
     int readers = 2;
-    int writers = -1;
     bool context_parallel = false;
     double carry_cost = -1;
   };
@@ -94,11 +93,6 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--readers", o->readers, "Reader processes reading windows side by side")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
-  cmd->add_option("--writers", o->writers,
-                  "Threads writing the windows of contiguous outputs (not --compress) side by side, without HDF5; "
-                  "-1: one per core, at most 4; 0: none, every window written through HDF5 on its one thread")
-      ->check(CLI::Range(-1, 64))
-      ->capture_default_str();
   cmd->add_flag("--context-parallel", o->context_parallel,
                 "Under mpirun: split every case along T, one segment per rank, each rank starting from the state "
                 "the segments before it carry, all writing one output file (parallel HDF5); without it the ranks "
@@ -132,7 +126,6 @@ Command add_run_command(CLI::App& parent) {
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
             opt.readers = o->readers;
-            opt.writers = o->writers;
             opt.context_parallel = o->context_parallel;
             opt.carry_cost = o->carry_cost;
             BatchStats stats;

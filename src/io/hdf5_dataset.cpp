@@ -179,7 +179,6 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   }
   // Every element is written by a block write: no fill pass first.
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
-  if (chunk.empty()) H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);  // its offset is known from the start
   // A chunk cache that holds a few chunks, so that a chunk two windows share
   // is completed in memory rather than read back.
   PropertyList dapl(H5Pcreate(H5P_DATASET_ACCESS));
@@ -187,11 +186,6 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), dapl.get()));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
   return ds;
-}
-
-std::int64_t data_offset(hid_t dataset) {
-  const haddr_t at = H5Dget_offset(dataset);
-  return at == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(at);
 }
 
 bool link_exists(hid_t file, const std::string& path) { return follow_links(file, path).found; }

@@ -85,15 +85,9 @@ void write_block_tensor(hid_t dataset, const Tensor& t, const std::vector<std::i
                         const std::string& file_name, const std::string& path);
 
 // Creates an empty dataset of `shape` with the given chunk dimensions (none:
-// contiguous) and optional gzip, for block writes. A contiguous one is
-// allocated in the file at once (no fill pass), so that data_offset names
-// where its bytes go.
+// contiguous) and optional gzip, for block writes.
 Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,
                        const std::vector<std::int64_t>& shape, const std::vector<hsize_t>& chunk, bool compress);
-
-// The file offset of a contiguous dataset's data (row-major, in the file's
-// datatype), or -1 when it has none (chunked, or not allocated yet).
-std::int64_t data_offset(hid_t dataset);
 
 // Chunk dimensions for a dataset: whole trailing dimensions, leading ones cut
 // so that a chunk holds about target_bytes.

@@ -75,12 +75,6 @@ OutputStream::OutputStream(const std::string& path, const Problem& p, const Outp
     hdf5::write_attribute(f, path, "z_state", "description",
                           "the running key sum z after each sequence's last token (normalization); the z_state input of a run that resumes it");
   }
-  if (!layout.compress) {  // contiguous: allocated at creation
-    raw_.o = hdf5::data_offset(o_.get());
-    if (layout.snapshots) raw_.h = hdf5::data_offset(h_.get());
-    raw_.final_state = hdf5::data_offset(final_state_.get());
-    if (layout.normalize) raw_.z_state = hdf5::data_offset(z_state_.get());
-  }
 }
 
 void OutputStream::write_o(std::int64_t t0, std::int64_t t1, const void* data) {
