@@ -16,6 +16,8 @@
 #include <Kokkos_Core.hpp>
 #include <gtest/gtest.h>
 
+#include <vector>
+
 namespace linattn {
 namespace {
 
@@ -222,17 +224,20 @@ constexpr bool kHaveTensorCores = false;
 // On tensor cores: the segment sums added in order, against the fp64
 // reference and against the forward's own final state (which adds its
 // segments differently: the fp32 level, not bitwise).
+// The tensor-core state pass's problems (chunk 64): exact tiles, then heads
+// padded on chip (tile_rules.hpp): DK 100 in the 128 tile with DV 60
+// (element-wise copies), DK 192 in the 256 tile.
+std::vector<Problem> tensor_core_problems() {
+  std::vector<Problem> ps = {problem(2, 1000, 3, 128, 96), problem(1, 4100, 2, 64, 128), problem(2, 700, 2, 100, 60),
+                             problem(1, 900, 2, 192, 80)};
+  for (Problem& p : ps) p.chunk = 64;
+  return ps;
+}
+
 TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernels are not built";
-  // Exact tiles, then heads padded on chip (tile_rules.hpp): DK 100 in the
-  // 128 tile with DV 60 (element-wise copies), DK 192 in the 256 tile.
-  Problem a = problem(2, 1000, 3, 128, 96);
-  Problem b = problem(1, 4100, 2, 64, 128);
-  Problem c = problem(2, 700, 2, 100, 60);
-  Problem d = problem(1, 900, 2, 192, 80);
-  a.chunk = b.chunk = c.chunk = d.chunk = 64;
   std::uint64_t seed = 7400;
-  for (const Problem& p : {a, b, c, d})
+  for (const Problem& p : tensor_core_problems())
     for (DType dtype : {DType::bf16, DType::f16, DType::f32})
       for (bool normalize : {false, true}) {
         if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 tensor cores end at DK 128 (tile_rules.hpp)
@@ -263,13 +268,8 @@ TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
 // (on the H200 choose_state_pass_segments cuts each row here into 11 to 65 segments).
 TEST(StatePass, GatedTensorCoresMatchTheReferenceOnGpu) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernels are not built";
-  Problem a = problem(2, 1000, 3, 128, 96);
-  Problem b = problem(1, 4100, 2, 64, 128);
-  Problem c = problem(2, 700, 2, 100, 60);
-  Problem d = problem(1, 900, 2, 192, 80);
-  a.chunk = b.chunk = c.chunk = d.chunk = 64;
   std::uint64_t seed = 7500;
-  for (const Problem& p : {a, b, c, d})
+  for (const Problem& p : tensor_core_problems())
     for (const testing::GateCase& g : testing::gate_cases(p, seed + 50))
       for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
         if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 tensor cores end at DK 128 (tile_rules.hpp)
