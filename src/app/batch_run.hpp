@@ -57,6 +57,7 @@ struct CaseResult {
   double wall_seconds = 0;  // from reading its first window to committing its file
   std::int64_t windows = 0;
   std::string segment_chunks;  // context parallel: each rank's chunks, "9+7" (then windows is not printed)
+  std::string rank_phases;     // context parallel, rank 0: a line per rank, its seconds by step
   std::string tile_path;  // the kernel path that ran (gemm_path_name), once computed
   std::vector<std::string> external_data;  // its datasets read from other files (--allow-external-data)
 

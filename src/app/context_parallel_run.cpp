@@ -2,6 +2,7 @@
 
 #include "app/case_result_message.hpp"
 #include "app/report.hpp"
+#include "app/text_table.hpp"
 #include "core/ledger.hpp"
 #include "core/printable.hpp"
 #include "io/dataset_storage.hpp"
@@ -107,6 +108,28 @@ struct Times {
   }
 };
 
+// Where one rank's wall time of a case goes, in seconds, step by step: the
+// kernels' warm-up (once per configuration), its reads, its state pass over
+// the carried piece, its wait for the start state, its forward (and the
+// kernels' part of it), the wait at the collective step after it (for the
+// slowest forward), and the collective writes. Rank 0 prints every rank's.
+struct Phases {
+  double prepare = 0, read = 0, pass = 0, wait = 0, forward = 0, kernels = 0, sync = 0, write = 0;
+  std::string text(int rank) const {
+    return "  rank " + std::to_string(rank) + ": warm-up " + fixed(prepare, 3) + " s, read " + fixed(read, 3) +
+           " s, state pass " + fixed(pass, 3) + " s, wait for the start state " + fixed(wait, 3) + " s, forward " +
+           fixed(forward, 3) + " s (kernels " + fixed(kernels, 3) + " s), wait for the slowest forward " +
+           fixed(sync, 3) + " s, write " + fixed(write, 3) + " s";
+  }
+};
+
+double seconds_since(Clock::time_point& mark) {
+  const Clock::time_point now = Clock::now();
+  const double s = std::chrono::duration<double>(now - mark).count();
+  mark = now;
+  return s;
+}
+
 // Why this rank starts no forward: a rank before it in the chain failed (its
 // own message reaches every rank, first in rank order).
 constexpr const char* kChainBroken = "context parallel: a segment before this one failed";
@@ -149,6 +172,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     s = case_storage(opt, schema);
   };
   if (failed_anywhere(attempt(r, open_case), r)) return;
+  Phases phases;
+  Clock::time_point mark = Clock::now();
   r.problem = p;
   r.dtype = s.input;
   r.gate = schema.gate;
@@ -170,6 +195,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     if (warmed.insert(shape).second) warm_up(p, s.input, config);
   };
   if (failed_anywhere(attempt(r, prepare_kernels), r)) return;
+  phases.prepare = seconds_since(mark);
   const std::vector<Window> segments = parallel::plan_segments(p, parallel::size(), carry_cost);
   const Window& w = segments[static_cast<std::size_t>(rank)];
   const bool works = w.chunks > 0;
@@ -205,6 +231,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     file.close();
   };
   if (failed_anywhere(attempt(r, read_segment), r)) return;
+  phases.read = seconds_since(mark);
 
   // 2. The start state, without waiting for the forward of the segment
   // before: this rank's state pass over that segment's piece, plus that
@@ -227,6 +254,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
       start = {y.final_state, y.z_state};
     });
   }
+  phases.pass = seconds_since(mark);
   if (route.start_from >= 0) {
     const Clock::time_point asked = Clock::now();
     const std::string bytes = parallel::receive(route.start_from);
@@ -244,7 +272,14 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
       start = std::move(before);
     }
   }
-  if (route.start_to >= 0) parallel::send(route.start_to, failure.empty() ? encode(start) : std::string());
+  // The start state is delivered before this rank's forward starts. MPI moves a message larger than its eager
+  // limit only while both ranks are inside MPI calls: a send left in flight across the forward made the next rank
+  // wait for this rank's whole forward, a chain as slow as one rank (docs/PARALLEL.md, "A CPU node").
+  if (route.start_to >= 0) {
+    parallel::send(route.start_to, failure.empty() ? encode(start) : std::string());
+    parallel::finish_sends();
+  }
+  phases.wait = seconds_since(mark);
 
   // 3. The segment's forward from its start.
   const auto forward_from_start = [&] {
@@ -259,11 +294,13 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
       out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0), present(in.log_decay));
     }
     times.add(out);
+    phases.kernels = out.kernel_seconds;
   };
   if (failure.empty()) failure = attempt(r, forward_from_start);
-  parallel::finish_sends();
+  phases.forward = seconds_since(mark);
   piece = CaseData();
   if (failed_anywhere(failure, r)) return;
+  phases.sync = seconds_since(mark);
 
   // 4. One output file, every rank writing its slices collectively.
   pipeline::WindowTimes total;
@@ -303,6 +340,9 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
                       failed_anywhere(attempt(r, publish), r);
   if (cleanup >= 0) pipeline::unregister_partial(cleanup);
   if (failed) return;
+  phases.write = seconds_since(mark);
+  const std::vector<std::string> every_rank = parallel::gather(phases.text(rank));
+  for (const std::string& line : every_rank) r.rank_phases += "\n" + line;
   r.ok = true;
   r.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
 }
@@ -344,7 +384,8 @@ std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream
     if (r.error.empty() && !r.skipped) run_shared_case(opt, r, file_access.get(), transfer.get(), warmed);
     if (!root) continue;
     if (r.skipped) progress << skipped_line(i + 1, results.size(), r) << std::endl;
-    else if (r.ok) progress << progress_line(i + 1, results.size(), r, opt.forward.variant) << std::endl;
+    else if (r.ok)
+      progress << progress_line(i + 1, results.size(), r, opt.forward.variant) << r.rank_phases << std::endl;
     else errors << failure_line(i + 1, results.size(), r) << std::endl;
   }
   return results;

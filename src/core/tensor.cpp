@@ -11,6 +11,14 @@ Tensor::Tensor(DType t, std::vector<std::int64_t> s) : dtype(t), shape(std::move
   bytes.assign(static_cast<std::size_t>(numel()) * dtype_size(dtype), 0);
 }
 
+Tensor Tensor::uninitialized(DType t, std::vector<std::int64_t> s) {
+  Tensor x;
+  x.dtype = t;
+  x.shape = std::move(s);
+  x.bytes.resize(static_cast<std::size_t>(x.numel()) * dtype_size(t));
+  return x;
+}
+
 std::int64_t Tensor::numel() const {
   std::int64_t n = 1;
   for (auto d : shape) n *= d;

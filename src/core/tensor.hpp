@@ -6,18 +6,49 @@
 #include "core/dtype.hpp"
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace linattn {
 
+// std::allocator, except that growing a vector without a value leaves the new
+// elements uninitialized: a tensor that a read or a kernel fills whole is not
+// zeroed first (on fresh pages that zeroing is a second pass over memory).
+template <class T>
+struct UninitializedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitializedAllocator<U>;
+  };
+  UninitializedAllocator() = default;
+  template <class U>
+  UninitializedAllocator(const UninitializedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T, class U>
+bool operator==(const UninitializedAllocator<T>&, const UninitializedAllocator<U>&) { return true; }
+template <class T, class U>
+bool operator!=(const UninitializedAllocator<T>&, const UninitializedAllocator<U>&) { return false; }
+
 struct Tensor {
   DType dtype = DType::f32;
   std::vector<std::int64_t> shape;
-  std::vector<unsigned char> bytes;
+  std::vector<unsigned char, UninitializedAllocator<unsigned char>> bytes;
 
   Tensor() = default;
-  Tensor(DType t, std::vector<std::int64_t> s);
+  Tensor(DType t, std::vector<std::int64_t> s);  // zero-filled
+  // For a tensor that is written whole before it is read (an HDF5 read, a kernel's output).
+  static Tensor uninitialized(DType t, std::vector<std::int64_t> s);
 
   std::int64_t numel() const;
   bool empty() const { return shape.empty(); }

@@ -145,7 +145,7 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
 
 Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int64_t>& start,
                          const std::vector<std::int64_t>& count, const std::string& file_name, const std::string& path) {
-  Tensor t(dtype, count);
+  Tensor t = Tensor::uninitialized(dtype, count);
   if (t.numel() == 0) return t;
   const Datatype memory = datatype_of(dtype);
   read_block(dataset, memory.get(), std::vector<hsize_t>(start.begin(), start.end()),
@@ -214,7 +214,7 @@ DatasetInfo dataset_info(hid_t file, const std::string& file_name, const std::st
 Tensor read_tensor(hid_t file, const std::string& file_name, const std::string& path) {
   const DatasetInfo info = dataset_info(file, file_name, path);
   if (info.shape.empty()) throw FileError(file_name, path, "is a scalar, expected an array");
-  Tensor t(info.dtype, info.shape);
+  Tensor t = Tensor::uninitialized(info.dtype, info.shape);
   if (t.numel() == 0) return t;
   const Dataset ds = open_dataset(file, file_name, path);
   const Datatype memory = datatype_of(info.dtype);

@@ -11,7 +11,7 @@ Tensor read_part(hid_t file, const std::string& file_name, const std::string& gr
                  const std::vector<hsize_t>& start, const std::vector<hsize_t>& count, bool allow_nonfinite,
                  const std::string& window) {
   const std::vector<std::int64_t> shape(count.begin(), count.end());
-  Tensor t(dtype, shape);
+  Tensor t = Tensor::uninitialized(dtype, shape);
   if (t.numel() == 0) return t;
   const std::string path = dataset_path(group, name);
   const hdf5::Dataset ds = hdf5::open_dataset(file, file_name, path);
@@ -29,7 +29,7 @@ Tensor read_part(hid_t file, const std::string& file_name, const std::string& gr
 Tensor read_gate_part(hid_t file, const std::string& file_name, const std::string& group, GateKind kind, DType dtype,
                       const std::vector<hsize_t>& start, const std::vector<hsize_t>& count, const std::string& window) {
   const std::vector<std::int64_t> shape(count.begin(), count.end());
-  Tensor t(dtype, shape);
+  Tensor t = Tensor::uninitialized(dtype, shape);
   if (t.numel() == 0) return t;
   const std::string path = dataset_path(group, gate_dataset_name(kind));
   const hdf5::Dataset ds = hdf5::open_dataset(file, file_name, path);

@@ -58,23 +58,27 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   BackwardOutput out;
   Kokkos::Timer timer;
   BackwardViews<In, Out, Snap, Acc> views;
-  views.q = upload4<In>("linattn::q", q);
-  views.k = upload4<In>("linattn::k", k);
-  views.v = upload4<In>("linattn::v", v);
-  views.d_o = upload4<In>("linattn::do", d_o);
+  views.q = input_view<DeviceView4<In>>("linattn::q", q);
+  views.k = input_view<DeviceView4<In>>("linattn::k", k);
+  views.v = input_view<DeviceView4<In>>("linattn::v", v);
+  views.d_o = input_view<DeviceView4<In>>("linattn::do", d_o);
   if (dht) views.dht = upload4<Acc>("linattn::dht", converted(*dht, acc_dtype));
   if (config.gate != GateKind::none) {
     upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
-    views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
+    out.dg = Tensor::uninitialized(acc_dtype, {p.B, p.T, p.H});
+    views.dg = output_view<DeviceView3<Acc>>("linattn::dg", out.dg);
   }
-  const std::int64_t N = p.num_sequences();
-  views.dq = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dq"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
-  views.dk = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
-  views.dv = DeviceView4<Out>(Kokkos::view_alloc(std::string("linattn::dv"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
-  views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
+  out.dq = Tensor::uninitialized(out_dtype, p.qk_shape());
+  out.dk = Tensor::uninitialized(out_dtype, p.qk_shape());
+  out.dv = Tensor::uninitialized(out_dtype, p.v_shape());
+  out.dh0 = Tensor::uninitialized(acc_dtype, p.state_shape());
+  views.dq = output_view<DeviceView4<Out>>("linattn::dq", out.dq);
+  views.dk = output_view<DeviceView4<Out>>("linattn::dk", out.dk);
+  views.dv = output_view<DeviceView4<Out>>("linattn::dv", out.dv);
+  views.dh0 = output_view<DeviceView4<Acc>>("linattn::dh0", out.dh0);
   DeviceView4<const Acc> initial;
   if (config.recompute_h && s0) initial = upload4<Acc>("linattn::initial_state", converted(*s0, acc_dtype));
-  if (!config.recompute_h) views.h = upload5<Snap>("linattn::h", *h);
+  if (!config.recompute_h) views.h = input_view<DeviceView5<Snap>>("linattn::h", *h);
   if (config.poison_outputs) {
     Kokkos::deep_copy(views.dq, quiet_nan<Out>());
     Kokkos::deep_copy(views.dk, quiet_nan<Out>());
@@ -94,17 +98,12 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   out.kernel_seconds = timer.seconds();
 
   timer.reset();
-  out.dq = Tensor(out_dtype, p.qk_shape());
-  out.dk = Tensor(out_dtype, p.qk_shape());
-  out.dv = Tensor(out_dtype, p.v_shape());
-  out.dh0 = Tensor(acc_dtype, p.state_shape());
-  download(out.dq, views.dq);
-  download(out.dk, views.dk);
-  download(out.dv, views.dv);
-  download(out.dh0, views.dh0);
+  output_to(out.dq, views.dq);
+  output_to(out.dk, views.dk);
+  output_to(out.dv, views.dv);
+  output_to(out.dh0, views.dh0);
   if (views.dg.extent(0) > 0) {
-    out.dg = Tensor(acc_dtype, {p.B, p.T, p.H});
-    download(out.dg, views.dg);
+    output_to(out.dg, views.dg);
     if (config.gate == GateKind::per_head) out.dg_gamma = sum_per_head(p, out.dg, acc_dtype);
   }
   out.download_seconds = timer.seconds();

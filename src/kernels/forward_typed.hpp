@@ -65,6 +65,52 @@ DeviceView5<T> upload5(const char* label, const Tensor& t) {
   return d;
 }
 
+// Kernels on a host backend read and write host memory: there the views are
+// the tensors' own bytes (no copy, no second allocation, no second set of
+// fresh pages); on a device, copies. docs/PARALLEL.md, "A CPU node".
+constexpr bool kernels_use_host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
+template <class View, std::size_t... I>
+View view_of_bytes(Tensor& t, std::index_sequence<I...>) {
+  return View(t.data<typename View::value_type>(), static_cast<std::size_t>(t.shape[I])...);
+}
+template <class View, std::size_t... I>
+View new_view(const char* label, const std::vector<std::int64_t>& shape, std::index_sequence<I...>) {
+  return View(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing),
+              static_cast<std::size_t>(shape[I])...);
+}
+template <class View>
+using ViewRank = std::make_index_sequence<static_cast<std::size_t>(View::rank)>;
+
+// The view the kernels read of input t, which outlives them (a reference to
+// the caller's tensor, never a temporary: see the deleted overload).
+template <class View>
+View input_view(const char* label, const Tensor& t) {
+  if constexpr (kernels_use_host_memory) {
+    return view_of_bytes<View>(const_cast<Tensor&>(t), ViewRank<View>{});
+  } else {
+    View d = new_view<View>(label, t.shape, ViewRank<View>{});
+    Kokkos::deep_copy(d, view_of_bytes<typename View::HostMirror>(const_cast<Tensor&>(t), ViewRank<View>{}));
+    return d;
+  }
+}
+template <class View>
+View input_view(const char* label, Tensor&& t) = delete;
+
+// The view a kernel writes and t, the tensor that receives it (allocated,
+// uninitialized): on the host the same bytes, on a device a view that
+// output_to copies back.
+template <class View>
+View output_view(const char* label, Tensor& t) {
+  if constexpr (kernels_use_host_memory) return view_of_bytes<View>(t, ViewRank<View>{});
+  else return new_view<View>(label, t.shape, ViewRank<View>{});
+}
+template <class View>
+void output_to(Tensor& t, const View& d) {
+  if constexpr (!kernels_use_host_memory)
+    Kokkos::deep_copy(view_of_bytes<typename View::HostMirror>(t, ViewRank<View>{}), d);
+}
+
 // t converted to dtype (a copy only when it differs).
 inline Tensor converted(const Tensor& t, DType dtype) {
   return t.dtype == dtype ? t : Tensor::from_double(dtype, t.shape, t.to_double());
@@ -104,22 +150,22 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   Kokkos::Timer timer;
 
   ForwardViews<In, Out, Snap, Acc> views;
-  views.q = upload4<In>("linattn::q", q);
-  views.k = upload4<In>("linattn::k", k);
-  views.v = upload4<In>("linattn::v", v);
+  views.q = input_view<DeviceView4<In>>("linattn::q", q);
+  views.k = input_view<DeviceView4<In>>("linattn::k", k);
+  views.v = input_view<DeviceView4<In>>("linattn::v", v);
   if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
   DeviceView3<Acc> z0, z_state;
   if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
   if (gate) upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
-  const auto N = p.num_sequences();
-  DeviceView4<Out> o(Kokkos::view_alloc(std::string("linattn::o"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DV);
-  DeviceView4<Acc> fs(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing), N, p.H,
-                      p.DK, p.DV);
+  out.o = Tensor::uninitialized(out_dtype, p.o_shape());
+  out.final_state = Tensor::uninitialized(acc_dtype, p.state_shape());
+  DeviceView4<Out> o = output_view<DeviceView4<Out>>("linattn::o", out.o);
+  DeviceView4<Acc> fs = output_view<DeviceView4<Acc>>("linattn::final_state", out.final_state);
   DeviceView5<Snap> h;
-  const std::vector<std::int64_t> hs = p.h_shape();
-  if (config.snapshots != SnapshotMode::none)
-    h = DeviceView5<Snap>(Kokkos::view_alloc(std::string("linattn::h"), Kokkos::WithoutInitializing), hs[0], hs[1],
-                          hs[2], hs[3], hs[4]);
+  if (config.snapshots != SnapshotMode::none) {
+    out.h = Tensor::uninitialized(snap_dtype, p.h_shape());
+    h = output_view<DeviceView5<Snap>>("linattn::h", out.h);
+  }
   // Normalization divides o after the variant ran, so the variant writes o in
   // the accumulation type (a separate buffer unless Out is that type), except
   // on the tensor-core kernel, which divides in its own pass.
@@ -129,8 +175,8 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
     else if (normalize_writes_raw_o(choose_path_here<In>(p, config)))
       o_raw = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::o_unnormalized"), Kokkos::WithoutInitializing),
                                p.B, p.T, p.H, p.DV);
-    z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::z_state"), Kokkos::WithoutInitializing), N,
-                               p.H, p.DK);
+    out.z_state = Tensor::uninitialized(acc_dtype, p.z_shape());
+    z_state = output_view<DeviceView3<Acc>>("linattn::z_state", out.z_state);
   }
   if (config.poison_outputs) {
     Kokkos::deep_copy(o, quiet_nan<Out>());
@@ -162,18 +208,10 @@ ForwardOutput run_forward_typed(const Problem& p, const ForwardConfig& config, c
   out.gemm = run.gemm;
 
   timer.reset();
-  out.o = Tensor(out_dtype, p.o_shape());
-  download(out.o, o);
-  out.final_state = Tensor(acc_dtype, p.state_shape());
-  download(out.final_state, fs);
-  if (h.extent(0) > 0) {
-    out.h = Tensor(snap_dtype, p.h_shape());
-    download(out.h, h);
-  }
-  if (config.normalize) {
-    out.z_state = Tensor(acc_dtype, p.z_shape());
-    download(out.z_state, z_state);
-  }
+  output_to(out.o, o);
+  output_to(out.final_state, fs);
+  if (h.extent(0) > 0) output_to(out.h, h);
+  if (config.normalize) output_to(out.z_state, z_state);
   out.download_seconds = timer.seconds();
   return out;
 }

@@ -60,18 +60,18 @@ StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, 
   out.kind = kind;
   Kokkos::Timer timer;
   StatePassViews<In, Acc> views;
-  views.k = upload4<In>("linattn::k", k);
-  views.v = upload4<In>("linattn::v", v);
+  views.k = input_view<DeviceView4<In>>("linattn::k", k);
+  views.v = input_view<DeviceView4<In>>("linattn::v", v);
   if (initial_state) views.initial_state = upload4<Acc>("linattn::initial_state", converted(*initial_state, acc_dtype));
   DeviceView3<Acc> z0, z_state;
   if (initial_z) z0 = upload3<Acc>("linattn::initial_z", converted(*initial_z, acc_dtype));
   if (gate) upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
-  const auto N = p.num_sequences();
-  views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::final_state"), Kokkos::WithoutInitializing),
-                                       N, p.H, p.DK, p.DV);
-  if (config.normalize)
-    z_state = DeviceView3<Acc>(Kokkos::view_alloc(std::string("linattn::z_state"), Kokkos::WithoutInitializing), N,
-                               p.H, p.DK);
+  out.final_state = Tensor::uninitialized(acc_dtype, p.state_shape());
+  views.final_state = output_view<DeviceView4<Acc>>("linattn::final_state", out.final_state);
+  if (config.normalize) {
+    out.z_state = Tensor::uninitialized(acc_dtype, p.z_shape());
+    z_state = output_view<DeviceView3<Acc>>("linattn::z_state", out.z_state);
+  }
   if (config.poison_outputs) {
     Kokkos::deep_copy(views.final_state, quiet_nan<Acc>());
     if (config.normalize) Kokkos::deep_copy(z_state, quiet_nan<Acc>());
@@ -85,12 +85,8 @@ StatePassOutput run_state_kernel(const Problem& p, const ForwardConfig& config, 
   out.kernel_seconds = timer.seconds();
 
   timer.reset();
-  out.final_state = Tensor(acc_dtype, p.state_shape());
-  download(out.final_state, views.final_state);
-  if (config.normalize) {
-    out.z_state = Tensor(acc_dtype, p.z_shape());
-    download(out.z_state, z_state);
-  }
+  output_to(out.final_state, views.final_state);
+  if (config.normalize) output_to(out.z_state, z_state);
   out.download_seconds = timer.seconds();
   return out;
 }

@@ -36,9 +36,11 @@ std::vector<std::string> gather(const std::string& mine);      // rank 0: every 
 std::vector<std::string> all_gather(const std::string& mine);  // every rank's, in rank order, on every rank
 
 // Point to point, between two ranks only (context parallel's start states).
-// send returns at once and the bytes leave while the caller goes on;
-// finish_sends waits until every send so far was received. receive waits for
-// the next message from `from` and returns it whole.
+// send returns at once; finish_sends waits until every send so far was
+// received. A message over MPI's eager limit moves only while both ranks are
+// inside MPI calls, so a caller that computes between the two delays the
+// receiver by that long. receive waits for the next message from `from` and
+// returns it whole.
 void send(int to, std::string bytes);
 void finish_sends();
 std::string receive(int from);
