@@ -75,12 +75,18 @@ PY
           wall "$n ranks, default binding" mpirun --allow-run-as-root -np "$n" "$exe" run "$d/batch.h5" -o "$d/out" --no-fsync
         done
         for bind in ${BINDINGS:-}; do
-          for n in 8 16; do
+          for n in ${BIND_RANKS:-8 16}; do
             rm -rf "$d/out"
             wall "$n ranks, --bind-to $bind" mpirun --allow-run-as-root -np "$n" --bind-to "$bind" "$exe" run "$d/batch.h5" -o "$d/out" --no-fsync
           done
         done
-        rm -rf "$d/out" "$d/batch.h5"; } 2>&1 | tee "$LOGS/cpu-node-batch.txt" ;;
+        rm -rf "$d/out" "$d/batch.h5"; } 2>&1 | tee "$LOGS/cpu-node-batch${BATCH_TAG:-}.txt" ;;
+    cp-bits)  # 2 ranks write the same bits as one (tests/mpi_runs.py checks it in CI at small shapes)
+      { "$exe" generate -o "$d/cpb.h5" --shape "$CP_SHAPE" --dtype fp32 --seed 7 > /dev/null
+        mpirun --allow-run-as-root -np 1 "$exe" run --context-parallel "$d/cpb.h5" -o "$d/one" --no-fsync > /dev/null 2>&1
+        mpirun --allow-run-as-root -np 2 "$exe" run --context-parallel "$d/cpb.h5" -o "$d/two" --no-fsync > /dev/null 2>&1
+        echo "== 1 rank against 2 ranks, $CP_SHAPE:"; python3 bench/same_bits.py "$d/one/cpb.case0.h5" "$d/two/cpb.case0.h5"
+        rm -rf "$d/one" "$d/two" "$d/cpb.h5"; } 2>&1 | tee "$LOGS/cpu-node-cp-bits.txt" ;;
     cp)  # one long case cut along T
       { "$exe" generate -o "$d/cp.h5" --shape "$CP_SHAPE" --dtype fp32 --seed 6 > /dev/null
         for n in $(echo 1 2 $RANKS | tr " " "\n" | sort -nu); do

@@ -17,6 +17,9 @@
    on 2 ranks, and on 3 bitwise before the segment whose start adds two decayed
    carries, to the fp32 order after it; `linattn verify` accepts every output.
    A case failing on one rank fails on all.
+4. The start-state chain on 4 ranks, from each rank's order of events: exactly
+   the N - 2 messages of one sequence, each delivered before its sender's
+   forward and received before the receiver's (no forward waits for another).
 
 Usage: mpi_runs.py LINATTN_EXE MPIEXEC WORKDIR. Exit 77 (skipped) when h5py or
 numpy cannot be imported.
@@ -306,6 +309,40 @@ with h5py.File(out("cp2/cp_packed.case0.h5"), "r") as f:
     check(f["o"].shape == (1, 1322, 2, 24) and f["h"].shape == (1, 24, 2, 16, 24) and
           f["final_state"].shape == (7, 2, 16, 24), "h5py reads the shapes of o, h and final_state")
     check(np.isfinite(f["o"][()]).all() and np.isfinite(f["h"][()]).all(), "every element written")
+
+# The start-state chain (docs/PARALLEL.md, "A CPU node"), pinned by each rank's order of events
+# (LINATTN_CHAIN_TRACE), not by times: on 4 ranks with one sequence, rank r > 1 receives its start
+# state from rank r - 1 alone (rank 1 computes its own from segment 0), so the chain is N - 2 = 2
+# messages (1 -> 2 -> 3); each is delivered before its sender's forward starts, and every receive
+# comes before the receiver's forward. So no rank's forward waits for another rank's forward.
+# The state (2 x 32 x 32 fp32, 8 KiB) is above Open MPI's eager limit, where a send left in flight
+# across the forward made the next rank wait for it (measured on the H200 host).
+chain = generate("chain.h5", "--shape", "1,4096,2,32,32", "--dtype", "fp32", "--seed", "41")
+prefix = os.path.join(WORK, "chain_trace")
+result = subprocess.run(mpirun(4) + [EXE, "run", "--context-parallel", chain, "-o", out("chain4"), "--no-fsync"],
+                        capture_output=True, text=True, env=dict(ENV, LINATTN_CHAIN_TRACE=prefix), timeout=120)
+check(result.returncode == 0, "chain on 4 ranks: the run succeeds")
+events = {r: open(f"{prefix}.rank{r}").read().split("\n")[:-1] if os.path.exists(f"{prefix}.rank{r}") else []
+          for r in range(4)}
+sends = [(r, e) for r in events for e in events[r] if e.startswith("send ")]
+receives = [(r, e) for r in events for e in events[r] if e.startswith("receive ")]
+check(sorted((r, e.split()[1]) for r, e in sends) == [(1, "2"), (2, "3")] and
+      sorted((r, e.split()[1]) for r, e in receives) == [(2, "1"), (3, "2")],
+      f"chain on 4 ranks: exactly the messages 1 -> 2 -> 3 ({sends}, {receives})")
+check(all(e.split()[2] == "8192" for _, e in sends + receives), "chain on 4 ranks: each message is one 8 KiB state")
+for r in range(4):
+    ev = events[r]
+    before = ev[:ev.index("forward start")] if "forward start" in ev else None
+    check(before is not None and ev[-1] == "forward end" and
+          all(e in before for e in ev if e.startswith(("send ", "receive "))),
+          f"chain on 4 ranks: rank {r} delivers and receives its start states before its forward ({ev})")
+check(result.stdout.count("  rank ") == 4 and all(f"  rank {r}: warm-up" in result.stdout for r in range(4)),
+      "chain on 4 ranks: rank 0 prints every rank's seconds by step")
+run(["run", chain, "-o", out("chain1"), "--no-fsync"])
+a, _, _ = read(os.path.join(out("chain1"), "chain.case0.h5"))
+b, _, _ = read(os.path.join(out("chain4"), "chain.case0.h5"))
+check(relative_l2(b["o"], a["o"]) < 1e-6 and relative_l2(b["final_state"], a["final_state"]) < 1e-6,
+      "chain on 4 ranks: o and the final state match one rank's to the fp32 order")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")

@@ -11,6 +11,7 @@
 #include "io/input_slice.hpp"
 #include "io/output_stream.hpp"
 #include "kernels/state_pass.hpp"
+#include "parallel/chain_trace.hpp"
 #include "parallel/communicator.hpp"
 #include "parallel/gated_carry.hpp"
 #include "parallel/segment_plan.hpp"
@@ -243,6 +244,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   ForwardOutput out;
   Carry start;
   Times times;
+  parallel::ChainTrace trace(rank);
   // This rank's part of the critical path: its kernels, and its wait for a start state.
   double waited = 0;
   std::string failure;
@@ -258,6 +260,7 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   if (route.start_from >= 0) {
     const Clock::time_point asked = Clock::now();
     const std::string bytes = parallel::receive(route.start_from);
+    trace.event("receive " + std::to_string(route.start_from) + " " + std::to_string(bytes.size()));
     waited = std::chrono::duration<double>(Clock::now() - asked).count();
     if (bytes.empty() && failure.empty()) failure = kChainBroken;
     if (failure.empty()) {
@@ -276,8 +279,10 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   // limit only while both ranks are inside MPI calls: a send left in flight across the forward made the next rank
   // wait for this rank's whole forward, a chain as slow as one rank (docs/PARALLEL.md, "A CPU node").
   if (route.start_to >= 0) {
-    parallel::send(route.start_to, failure.empty() ? encode(start) : std::string());
+    const std::string bytes = failure.empty() ? encode(start) : std::string();
+    parallel::send(route.start_to, bytes);
     parallel::finish_sends();
+    trace.event("send " + std::to_string(route.start_to) + " " + std::to_string(bytes.size()) + " delivered");
   }
   phases.wait = seconds_since(mark);
 
@@ -296,7 +301,9 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
     times.add(out);
     phases.kernels = out.kernel_seconds;
   };
+  trace.event("forward start");
   if (failure.empty()) failure = attempt(r, forward_from_start);
+  trace.event("forward end");
   phases.forward = seconds_since(mark);
   piece = CaseData();
   if (failed_anywhere(failure, r)) return;

@@ -278,6 +278,7 @@ bool external_data_allowed() { return allowed_external; }
 
 PropertyList dataset_access(hid_t file) {
   PropertyList dapl(H5Pcreate(H5P_DATASET_ACCESS));
+  if (dapl.valid()) H5Pset_chunk_cache(dapl.get(), 0, 0, H5D_CHUNK_CACHE_W0_DEFAULT);
   if (external_data_allowed() && dapl.valid()) {
     const std::string folder = folder_of(file).string();
     H5Pset_efile_prefix(dapl.get(), folder.c_str());
