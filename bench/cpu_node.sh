@@ -45,6 +45,19 @@ for step in ${*:-host floor bandwidth alone read batch cp}; do
           wall "$n ranks: linattn run of one tiny case" mpirun --allow-run-as-root -np "$n" "$exe" run "$d/tiny.h5" -o "$d/out" --no-fsync
         done
         rm -rf "$d/out" "$d/tiny.h5"; } 2>&1 | grep -v "dlopen error" | tee "$LOGS/cpu-node-floor.txt" ;;
+    mca)  # Open MPI's settings that cost start-up or write time: the launch floor, and a 16-rank context-parallel case
+      { cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null | sed 's/^/transparent huge pages: /'
+        "$exe" generate -o "$d/tiny.h5" --shape 1,64,1,16,16 --dtype fp32 --seed 1 > /dev/null
+        "$exe" generate -o "$d/cp.h5" --shape "$CP_SHAPE" --dtype fp32 --seed 6 > /dev/null
+        for setting in "X=default" "OMPI_MCA_pml=ob1" "OMPI_MCA_io=romio321" "OMPI_MCA_pml=ob1 OMPI_MCA_io=romio321"; do
+          for n in 1 16; do
+            rm -rf "$d/out"
+            wall "$n ranks, $setting: one tiny case" env $setting mpirun --allow-run-as-root -np "$n" "$exe" run "$d/tiny.h5" -o "$d/out" --no-fsync
+          done
+          rm -rf "$d/out"
+          wall "16 ranks, $setting: --context-parallel" env $setting mpirun --allow-run-as-root -np 16 "$exe" run --context-parallel "$d/cp.h5" -o "$d/out" --no-fsync
+        done
+        rm -rf "$d/out" "$d/tiny.h5" "$d/cp.h5"; } 2>&1 | grep -v "dlopen error" | tee "$LOGS/cpu-node-mca.txt" ;;
     read)  # reading the context-parallel case: h5py (numpy) beside linattn's read phase (step cp)
       { "$exe" generate -o "$d/cp.h5" --shape "$CP_SHAPE" --dtype fp32 --seed 6 > /dev/null
         python3 - "$d/cp.h5" <<'PY'

@@ -7,10 +7,13 @@
 #include "app/case_result_message.hpp"
 #include "parallel/case_assignment.hpp"
 #include "parallel/communicator.hpp"
+#include "parallel/open_mpi_defaults.hpp"
 #include "parallel/rank_cpus.hpp"
 #include "parallel/segment_plan.hpp"
 
 #include <gtest/gtest.h>
+
+#include <map>
 
 #include <numeric>
 
@@ -280,6 +283,39 @@ TEST(Communicator, WithoutMpirunARunIsOneRank) {
   EXPECT_FALSE(parallel::any(false));
   EXPECT_EQ(parallel::broadcast("x"), "x");
   EXPECT_EQ(parallel::first_non_empty("why"), "why");
+}
+
+TEST(OpenMpiDefaults, OneNodeGetsOb1AndRomioFirstUnlessTheUserChose) {
+  using parallel::single_node_mpi_settings;
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  const auto env = [](std::map<std::string, std::string> vars) {
+    return [vars = std::move(vars)](const char* name) -> const char* {
+      const auto it = vars.find(name);
+      return it == vars.end() ? nullptr : it->second.c_str();
+    };
+  };
+  const Settings both{{"OMPI_MCA_pml", "ob1"}, {"OMPI_MCA_io_romio321_priority", "50"}};
+  // Every rank on this node.
+  EXPECT_EQ(single_node_mpi_settings(env({{"OMPI_COMM_WORLD_SIZE", "16"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "16"}})),
+            both);
+  // Ranks on other nodes too: the interconnect's transport stays.
+  EXPECT_TRUE(single_node_mpi_settings(env({{"OMPI_COMM_WORLD_SIZE", "32"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "16"}}))
+                  .empty());
+  // Not Open MPI's launcher (or no launcher).
+  EXPECT_TRUE(single_node_mpi_settings(env({{"PMI_SIZE", "4"}})).empty());
+  // The user's own settings win, each on its own.
+  EXPECT_EQ(single_node_mpi_settings(env({{"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                          {"OMPI_MCA_pml", "ucx"}})),
+            (Settings{{"OMPI_MCA_io_romio321_priority", "50"}}));
+  EXPECT_EQ(single_node_mpi_settings(env({{"OMPI_COMM_WORLD_SIZE", "4"},
+                                          {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                          {"OMPI_MCA_io", "ompio"}})),
+            (Settings{{"OMPI_MCA_pml", "ob1"}}));
+  EXPECT_TRUE(single_node_mpi_settings(env({{"OMPI_COMM_WORLD_SIZE", "4"},
+                                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"},
+                                            {"LINATTN_KEEP_MPI_SETTINGS", "1"}}))
+                  .empty());
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // communicator.hpp over MPI (builds with LINATTN_HAVE_MPI).
 #include "parallel/communicator.hpp"
 
+#include "parallel/open_mpi_defaults.hpp"
+
 #include <mpi.h>
 
 #include <cstdlib>
@@ -56,6 +58,7 @@ std::vector<int> displacements(const std::vector<int>& counts, std::size_t& tota
 
 Session::Session(int& argc, char**& argv) {
   if (!launched_by_mpi()) return;
+  apply_single_node_mpi_settings();  // read by MPI_Init
   // The main thread alone calls MPI (the writer thread and reader processes never do).
   int provided = 0;
   check(MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
