@@ -19,6 +19,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace linattn {
 namespace {
@@ -155,6 +158,31 @@ TEST_F(CliBackward, GenerateRunBackwardVerify) {
   expect_matches_reference(dir / "bwd32/packed.case0.grad.h5", packed, "case0", packed_grad, true);
   EXPECT_EQ(read_grad_output_file(dir / "bwd32/packed.case0.grad.h5").dq.dtype, DType::f32);
   EXPECT_EQ(cli("verify '" + dir / "bwd32/packed.case0.grad.h5" + "'").code, 0);
+}
+
+// The kernels' first launch (a module load on a GPU) runs on a tiny case before
+// the first case of each configuration and is reported on that case's line,
+// never as its kernel time: once for two cases alike, again for another dtype.
+TEST_F(CliBackward, KernelsWarmUpOncePerConfiguration) {
+  Exit e = cli("generate -o '" + plain + "' --shape 1,70,2,16,16 --dtype fp32 --dtype fp32 --dtype bf16 --cases 3 "
+               "--seed 23");
+  ASSERT_EQ(e.code, 0) << e.output;
+  e = cli("run '" + plain + "' -o '" + fwd + "'");
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string g = dir / "grad.h5";
+  e = cli("generate --grad '" + plain + "' -o '" + g + "' --seed 33");
+  ASSERT_EQ(e.code, 0) << e.output;
+  e = cli("backward '" + fwd + "/plain.case0.h5' '" + fwd + "/plain.case1.h5' '" + fwd + "/plain.case2.h5' --grad '" +
+          g + "' --grad '" + g + "' --grad '" + g + "' -o '" + bwd + "'");
+  ASSERT_EQ(e.code, 0) << e.output;
+  std::vector<std::string> lines(3);
+  std::istringstream text(e.output);
+  for (std::string line; std::getline(text, line);)
+    for (int i = 0; i < 3; ++i)
+      if (contains(line, "[" + std::to_string(i + 1) + "/3] ")) lines[i] = line;
+  EXPECT_TRUE(contains(lines[0], "(kernels' warm-up before it ")) << e.output;
+  EXPECT_FALSE(contains(lines[1], "warm-up")) << e.output;
+  EXPECT_TRUE(contains(lines[2], "(kernels' warm-up before it ")) << e.output;
 }
 
 TEST_F(CliBackward, GradCountMustPairWithTheForwardOutputs) {

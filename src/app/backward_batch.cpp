@@ -14,7 +14,10 @@
 #include "io/hdf5_file.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
+#include "core/gate.hpp"
+#include "kernels/backward.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/forward.hpp"
 #include "pipeline/backward_reader.hpp"
 #include "pipeline/backward_window_plan.hpp"
 #include "pipeline/memory_budget.hpp"
@@ -248,8 +251,36 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
 }
 
 // One case, start to finish; throws on the first problem.
+// The first launch of a kernel configuration loads its module on the device
+// (and unpacks the binary's kernels): in the first case it was 55 ms of
+// kernel time against 1.8 ms in the next (H200, BENCHMARKS.md). So each
+// configuration (dtypes, head sizes, chunk, gate, snapshots) runs once on a
+// tiny case before its first case, timed on its own; with recompute_h the
+// forward that carries the start states between windows too. Zero inputs:
+// only the launch matters.
+double warm_up(const Problem& p, const BackwardConfig& config, const BackwardStorage& s) {
+  Kokkos::Timer timer;
+  Problem tiny = plain_problem(p, 1, 2 * p.chunk);
+  tiny.H = 1;
+  const Tensor q(s.input, tiny.qk_shape()), v(s.input, tiny.v_shape());
+  const Tensor h(s.snapshot, tiny.h_shape());
+  const Tensor dht(s.accumulation, tiny.state_shape());
+  const Tensor gate(s.accumulation, gate_shape(tiny, config.gate));
+  const Tensor* g = config.gate == GateKind::none ? nullptr : &gate;
+  run_backward(tiny, config, q, q, v, config.recompute_h ? nullptr : &h, nullptr, v, &dht, g);
+  if (config.recompute_h) {
+    ForwardConfig forward;
+    forward.snapshots = SnapshotMode::none;
+    forward.segments = 1;
+    forward.gate = config.gate;
+    run_forward(tiny, forward, q, q, v, nullptr, nullptr, g);
+  }
+  Kokkos::fence();
+  return timer.seconds();
+}
+
 void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std::string& label,
-              BackwardCaseResult& r) {
+              BackwardCaseResult& r, std::set<std::string>& warmed) {
   const Clock::time_point started = Clock::now();
   const CheckedCase c = check_case(opt, r);
   const Problem& p = c.p;
@@ -295,6 +326,11 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   try {
     BackwardConfig config = opt.backward;
     config.gate = c.in.gate;
+    const std::string configuration = std::to_string(static_cast<int>(storage.input)) + ":" +
+                                      std::to_string(static_cast<int>(storage.snapshot)) + ":" + std::to_string(p.DK) +
+                                      "x" + std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
+                                      gate_dataset_name(config.gate);
+    if (warmed.insert(configuration).second) r.warm_up_seconds = warm_up(p, config, storage);
     res = run_streamed_backward(p, config, windows, reader, *out, [&](const Window& w, bool) {
       progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
     });
@@ -315,7 +351,9 @@ std::string progress_line(std::size_t index, std::size_t total, const BackwardCa
          dtype_name(r.dtype) + (r.problem->varlen() ? " " + std::to_string(r.problem->num_sequences()) + " seqs" : "") +
          (r.gate == GateKind::none ? "" : std::string(" gate ") + gate_dataset_name(r.gate)) +
          "  backward/" + r.gemm + "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  wall " +
-         fixed(r.wall_seconds, 2) + " s  " + std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
+         fixed(r.wall_seconds, 2) + " s" +
+         (r.warm_up_seconds > 0 ? " (kernels' warm-up before it " + fixed(r.warm_up_seconds, 3) + " s)" : "") + "  " +
+         std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
          " (working set " + fixed(static_cast<double>(r.window_bytes) / (1 << 20), 1) + " MiB)" +
          external_data_note(r.external_data) + "  -> " + printable(r.output);
 }
@@ -347,6 +385,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;
+  std::set<std::string> warmed;  // the kernel configurations warm_up ran
   for (std::size_t i = 0; i < results.size(); ++i) {
     BackwardCaseResult& r = results[i];
     r.forward = opt.forwards[i];
@@ -355,7 +394,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
-        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r);
+        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed);
         reporter.line(progress_line(i + 1, results.size(), r));
         continue;
       } catch (const FileError& e) {

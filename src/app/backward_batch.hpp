@@ -40,6 +40,7 @@ struct BackwardCaseResult {
   GateKind gate = GateKind::none;  // the input case's decay gate
   std::string gemm;  // the path that ran
   double kernel_seconds = 0, wall_seconds = 0;
+  double warm_up_seconds = 0;  // the kernels' first launch, before this case (once per configuration)
   std::int64_t windows = 0;       // 1: the whole case in one run_backward call
   std::int64_t window_bytes = 0;  // the largest window's working set (backward_window_plan.hpp)
   std::vector<std::string> external_data;  // datasets read from other files (--allow-external-data)
