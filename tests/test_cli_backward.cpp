@@ -71,9 +71,10 @@ class CliBackward : public ::testing::Test {
 
   // Two plain cases (fp32 B = 2, bf16 B = 1) with initial states, their
   // forward (chunk 32, scale 0.5, fp32 snapshots unless told) and gradients.
-  void plain_forward(const std::string& run_options = "") {
-    Exit e = cli("generate -o '" + plain + "' --shape 2,100,2,16,24 --shape 1,70,3,32,32 --dtype fp32 --dtype bf16 "
-                 "--initial-state --seed 21");
+  void plain_forward(const std::string& run_options = "",
+                     const std::string& cases = "--shape 2,100,2,16,24 --shape 1,70,3,32,32 --dtype fp32 --dtype bf16 "
+                                                "--initial-state --seed 21") {
+    Exit e = cli("generate -o '" + plain + "' " + cases);
     ASSERT_EQ(e.code, 0) << e.output;
     e = cli("run '" + plain + "' -o '" + fwd + "' --chunk 32 --scale 0.5 " + run_options);
     ASSERT_EQ(e.code, 0) << e.output;
@@ -164,15 +165,9 @@ TEST_F(CliBackward, GenerateRunBackwardVerify) {
 // the first case of each configuration and is reported on that case's line,
 // never as its kernel time: once for two cases alike, again for another dtype.
 TEST_F(CliBackward, KernelsWarmUpOncePerConfiguration) {
-  Exit e = cli("generate -o '" + plain + "' --shape 1,70,2,16,16 --dtype fp32 --dtype fp32 --dtype bf16 --cases 3 "
-               "--seed 23");
-  ASSERT_EQ(e.code, 0) << e.output;
-  e = cli("run '" + plain + "' -o '" + fwd + "'");
-  ASSERT_EQ(e.code, 0) << e.output;
-  const std::string g = dir / "grad.h5";
-  e = cli("generate --grad '" + plain + "' -o '" + g + "' --seed 33");
-  ASSERT_EQ(e.code, 0) << e.output;
-  e = cli("backward '" + fwd + "/plain.case0.h5' '" + fwd + "/plain.case1.h5' '" + fwd + "/plain.case2.h5' --grad '" +
+  plain_forward("", "--shape 1,70,2,16,16 --dtype fp32 --dtype fp32 --dtype bf16 --cases 3 --seed 23");
+  const std::string g = dir / "plain_grad.h5";
+  const Exit e = cli("backward '" + fwd + "/plain.case0.h5' '" + fwd + "/plain.case1.h5' '" + fwd + "/plain.case2.h5' --grad '" +
           g + "' --grad '" + g + "' --grad '" + g + "' -o '" + bwd + "'");
   ASSERT_EQ(e.code, 0) << e.output;
   std::vector<std::string> lines(3);
