@@ -8,6 +8,7 @@
 #include "core/random_tensor.hpp"
 #include "reference/backward.hpp"
 #include "reference/references.hpp"
+#include "reference_problems.hpp"
 
 #include <gtest/gtest.h>
 
@@ -22,6 +23,10 @@
 
 namespace linattn {
 namespace {
+
+using testing::describe;
+using testing::expect_agree;
+using testing::packed_problem;
 
 // Uniform in [-1, 1), redrawn when exactly zero (a zero would hide a term).
 std::vector<double> random_values(std::size_t n, std::uint64_t seed) {
@@ -52,35 +57,12 @@ struct Case {
   reference::GradInputs grads() const { return {d_o, has_dht ? &dht : nullptr}; }
 };
 
-std::string describe(const Problem& p) {
-  return "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " C=" + std::to_string(p.chunk) +
-         " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV) +
-         " sequences=" + std::to_string(p.num_sequences());
-}
-
 // Largest |x - y| (infinity when the sizes differ): 0 means bitwise equal values.
 double max_difference(const std::vector<double>& x, const std::vector<double>& y) {
   if (x.size() != y.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;
   for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::abs(x[i] - y[i]));
   return worst;
-}
-
-void expect_agree(const reference::Gradients& x, const reference::Gradients& ref, double tol, const char* what) {
-  EXPECT_LE(relative_l2(x.dq, ref.dq), tol) << what << ": dq";
-  EXPECT_LE(relative_l2(x.dk, ref.dk), tol) << what << ": dk";
-  EXPECT_LE(relative_l2(x.dv, ref.dv), tol) << what << ": dv";
-  EXPECT_LE(relative_l2(x.dh0, ref.dh0), tol) << what << ": dh0";
-}
-
-// Sequences 1, 63, 64, 65 and 300 tokens long packed into one row: around one
-// chunk of 64, and several chunks with a ragged last one.
-Problem packed_problem() {
-  Problem p;
-  p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 64; p.scale = 0.29;
-  p.cu_seqlens = {0, 1, 64, 128, 193, 493};
-  p.T = p.cu_seqlens.back();
-  return p;
 }
 
 TEST(BackwardReference, RecurrentAndChunkedAgree) {

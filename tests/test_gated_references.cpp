@@ -7,6 +7,7 @@
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
 #include "reference/gated.hpp"
+#include "reference_problems.hpp"
 
 #include <gtest/gtest.h>
 
@@ -25,6 +26,10 @@ namespace {
 using reference::Gate;
 using reference::GateKind;
 
+using testing::describe;
+using testing::expect_agree;
+using testing::packed_problem;
+using testing::plain_batch;
 using testing::uniform_values;
 
 Gate retnet_gammas(std::int64_t H) { return Gate::per_head(retnet_log_gammas(H)); }
@@ -47,58 +52,11 @@ std::vector<NamedGate> gates(const Problem& p, std::uint64_t seed) {
   return out;
 }
 
-// One problem's fp64 inputs, gate and output gradients, seeded.
-struct Case {
-  Problem p;
-  std::vector<double> q, k, v, s0, d_o, dht;
-  Gate gate;
-
-  Case(const Problem& problem, Gate g, std::uint64_t seed) : p(problem), gate(std::move(g)) {
-    const ProblemInputs in = random_inputs(p, DType::f64, seed, true);
-    q = in.q.to_double();
-    k = in.k.to_double();
-    v = in.v.to_double();
-    s0 = in.initial_state.to_double();
-    d_o = uniform_values(static_cast<std::size_t>(p.B * p.T * p.H * p.DV), -1, 1, derive_seed(seed, 1));
-    dht = uniform_values(static_cast<std::size_t>(p.num_sequences() * p.H * p.DK * p.DV), -1, 1, derive_seed(seed, 2));
-  }
-  reference::Inputs inputs() const { return {q, k, v, &s0}; }
-  reference::GradInputs grads() const { return {d_o, &dht}; }
-};
-
-std::string describe(const Problem& p) {
-  return "B=" + std::to_string(p.B) + " T=" + std::to_string(p.T) + " H=" + std::to_string(p.H) +
-         " C=" + std::to_string(p.chunk) + " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV) +
-         " sequences=" + std::to_string(p.num_sequences());
-}
-
-// Sequences 1, 63, 64, 65 and 300 tokens long packed into one row.
-Problem packed_problem() {
-  Problem p;
-  p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 64; p.scale = 0.29;
-  p.cu_seqlens = {0, 1, 64, 128, 193, 493};
-  p.T = p.cu_seqlens.back();
-  return p;
-}
-
-Problem plain_batch() {
-  Problem p;  // T % C != 0 for every chunk tested, DK != DV, B and H > 1, scale != 1
-  p.B = 2; p.T = 200; p.H = 3; p.DK = 24; p.DV = 40; p.chunk = 64; p.scale = 0.37;
-  return p;
-}
-
-void expect_agree(const reference::Result& x, const reference::Result& ref, double tol, const std::string& what) {
-  EXPECT_LE(relative_l2(x.o, ref.o), tol) << what << ": o";
-  EXPECT_LE(relative_l2(x.h, ref.h), tol) << what << ": h";
-  EXPECT_LE(relative_l2(x.final_state, ref.final_state), tol) << what << ": final_state";
-}
+using Case = testing::GatedCase<Gate>;
 
 void expect_agree(const reference::GatedGradients& x, const reference::GatedGradients& ref, double tol,
                   const std::string& what) {
-  EXPECT_LE(relative_l2(x.dq, ref.dq), tol) << what << ": dq";
-  EXPECT_LE(relative_l2(x.dk, ref.dk), tol) << what << ": dk";
-  EXPECT_LE(relative_l2(x.dv, ref.dv), tol) << what << ": dv";
-  EXPECT_LE(relative_l2(x.dh0, ref.dh0), tol) << what << ": dh0";
+  expect_agree(static_cast<const reference::Gradients&>(x), ref, tol, what);
   EXPECT_LE(relative_l2(x.dg, ref.dg), tol) << what << ": dg";
   // dg_gamma sums dg over many tokens of both signs (cancellation): its error
   // is measured against the sums of |dg|, the size of what was added.
@@ -228,55 +186,20 @@ TEST(GatedReference, BadGatesThrow) {
 // terms by exp(n g) with n up to 300, so the truncation error, about
 // (n step)^2 / 6 relative, needs step = 1e-6; the rounding, eps |L| / step,
 // stays far below it.
-double loss(const Case& c) {
-  const reference::Result r = reference::gated_forward(c.p, c.inputs(), c.gate);
-  long double L = 0;
-  for (std::size_t i = 0; i < r.o.size(); ++i) L += static_cast<long double>(r.o[i]) * c.d_o[i];
-  for (std::size_t i = 0; i < r.final_state.size(); ++i) L += static_cast<long double>(r.final_state[i]) * c.dht[i];
-  return static_cast<double>(L);
-}
-
-// Central differences of loss in `count` seeded random coordinates of x (a
-// member of c) against grad: |fd - g| <= tol * max(|g|, typical), typical = RMS of grad.
-template <class Member>
-void expect_finite_differences(Case c, Member x, const std::vector<double>& grad, const char* name, double step,
-                               std::uint64_t seed, double tol = 1e-7, int count = 12) {
-  std::vector<double>& values = x(c);
-  ASSERT_EQ(values.size(), grad.size()) << name;
-  double typical = 0;
-  for (double e : grad) typical += e * e;
-  typical = std::sqrt(typical / static_cast<double>(grad.size()));
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> pick(0, grad.size() - 1);
-  double worst = 0;
-  for (int n = 0; n < count; ++n) {
-    const std::size_t i = pick(rng);
-    const double x0 = values[i];
-    values[i] = x0 + step;
-    const double up = loss(c);
-    values[i] = x0 - step;
-    const double down = loss(c);
-    values[i] = x0;
-    const double fd = (up - down) / (2 * step), error = std::abs(fd - grad[i]) / std::max(std::abs(grad[i]), typical);
-    worst = std::max(worst, error);
-    EXPECT_LE(error, tol) << name << "[" << i << "]: finite difference " << fd << ", gradient " << grad[i];
-  }
-  std::ostringstream worst_text;
-  worst_text << std::scientific << std::setprecision(2) << worst;
-  ::testing::Test::RecordProperty(std::string("worst_relative_error_") + name, worst_text.str());
-}
+double loss(const Case& c) { return testing::loss_of(reference::gated_forward(c.p, c.inputs(), c.gate), c.d_o, c.dht); }
 
 void expect_gradients_match_finite_differences(const Case& c) {
   const reference::GatedGradients g = reference::gated_backward(c.p, c.inputs(), c.gate, c.grads());
-  expect_finite_differences(c, [](Case& e) -> std::vector<double>& { return e.q; }, g.dq, "dq", 1e-6, 101);
-  expect_finite_differences(c, [](Case& e) -> std::vector<double>& { return e.k; }, g.dk, "dk", 1e-6, 102);
-  expect_finite_differences(c, [](Case& e) -> std::vector<double>& { return e.v; }, g.dv, "dv", 1e-6, 103);
-  expect_finite_differences(c, [](Case& e) -> std::vector<double>& { return e.s0; }, g.dh0, "dh0", 1e-6, 104);
+  using testing::expect_finite_differences;
+  expect_finite_differences(c, loss, [](Case& e) -> std::vector<double>& { return e.q; }, g.dq, "dq", 1e-6, 101);
+  expect_finite_differences(c, loss, [](Case& e) -> std::vector<double>& { return e.k; }, g.dk, "dk", 1e-6, 102);
+  expect_finite_differences(c, loss, [](Case& e) -> std::vector<double>& { return e.v; }, g.dv, "dv", 1e-6, 103);
+  expect_finite_differences(c, loss, [](Case& e) -> std::vector<double>& { return e.s0; }, g.dh0, "dh0", 1e-6, 104);
   auto gate = [](Case& e) -> std::vector<double>& { return e.gate.log_decay; };
   if (c.gate.kind == GateKind::per_head)
-    expect_finite_differences(c, gate, g.dg_gamma, "dg_gamma", 1e-6, 105, 1e-7, static_cast<int>(c.p.H));
+    expect_finite_differences(c, loss, gate, g.dg_gamma, "dg_gamma", 1e-6, 105, 1e-7, static_cast<int>(c.p.H));
   else
-    expect_finite_differences(c, gate, g.dg, "dg", 1e-6, 106, 1e-7, 24);
+    expect_finite_differences(c, loss, gate, g.dg, "dg", 1e-6, 106, 1e-7, 24);
 }
 
 TEST(GatedReference, FiniteDifferencesPlainBatch) {
