@@ -154,32 +154,13 @@ double loss(const Case& c) {
   return static_cast<double>(L);
 }
 
-// Central differences of loss in `count` seeded random coordinates of c.*x
-// against grad: |fd - g| <= 1e-6 * max(|g|, typical), typical = RMS of grad.
-void expect_finite_differences(Case c, std::vector<double> Case::*x, const std::vector<double>& grad, const char* name,
-                               std::uint64_t seed, int count = 12) {
-  ASSERT_EQ((c.*x).size(), grad.size()) << name;
-  double typical = 0;
-  for (double e : grad) typical += e * e;
-  typical = std::sqrt(typical / static_cast<double>(grad.size()));
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<std::size_t> pick(0, grad.size() - 1);
-  double worst = 0;
-  for (int n = 0; n < count; ++n) {
-    const std::size_t i = pick(rng);
-    const double x0 = (c.*x)[i], step = 1e-6 * std::max(1.0, std::abs(x0));  // inputs are of size 1
-    (c.*x)[i] = x0 + step;
-    const double up = loss(c);
-    (c.*x)[i] = x0 - step;
-    const double down = loss(c);
-    (c.*x)[i] = x0;
-    const double fd = (up - down) / (2 * step), error = std::abs(fd - grad[i]) / std::max(std::abs(grad[i]), typical);
-    worst = std::max(worst, error);
-    EXPECT_LE(error, 1e-6) << name << "[" << i << "]: finite difference " << fd << ", gradient " << grad[i];
-  }
-  std::ostringstream worst_text;
-  worst_text << std::scientific << std::setprecision(2) << worst;
-  ::testing::Test::RecordProperty(std::string("worst_relative_error_") + name, worst_text.str());
+// Central differences of loss in seeded random coordinates of c.*x against
+// grad (tests/reference_problems.hpp): step 1e-6 (the inputs are of size 1),
+// |fd - g| <= 1e-6 * max(|g|, typical), typical = RMS of grad.
+void expect_finite_differences(const Case& c, std::vector<double> Case::*x, const std::vector<double>& grad,
+                               const char* name, std::uint64_t seed) {
+  testing::expect_finite_differences(c, loss, [x](Case& e) -> std::vector<double>& { return e.*x; }, grad, name, 1e-6,
+                                     seed, 1e-6);
 }
 
 void expect_gradients_match_finite_differences(const Case& c) {
