@@ -2,14 +2,17 @@
 """Gate datasets in HDF5 files, end to end (docs/HDF5.md, "Gates").
 
 h5py writes one file with a plain case, a case with g [B, T, H] (Mamba-2), one
-with g_gamma [H] (RetNet) and packed sequences, and three that must be refused:
-gk (GLA, not implemented), g and g_gamma together, and a g holding a positive
-value. `linattn run` (exit 1) must write the three good cases and fail each bad
-one with a line naming its dataset; the gated outputs must match a numpy fp64
-recurrence S_t = exp(g_t) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t (and be far
-from the level-1 one, so the check can fail), carry the attribute gate, and pass
-`linattn verify`. `linattn backward` of the gated forwards must write dg [1, T,
-H] or dg_gamma [H], and verify must check them. A gate removed from the input after its forward ran
+with g_gamma [H] (RetNet) and packed sequences, one with gk [B, T, H, DK] (GLA)
+and packed sequences, and three that must be refused: g and g_gamma together,
+g and gk together, and a g holding a positive value. `linattn run` (exit 1)
+must write the four good cases and fail each bad one with a line naming its
+dataset; the gated outputs must match a numpy fp64 recurrence
+S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t (g_t one value,
+or one per key channel for gk; and be far from the level-1 one, so the check
+can fail), carry the attribute gate, and pass `linattn verify`. `linattn
+backward` of the g and g_gamma forwards must write dg [1, T, H] or dg_gamma [H],
+and verify must check them; of the gk forward it must fail naming gk (no
+backward takes it yet). A gate removed from the input after its forward ran
 makes `verify` refuse (exit 2), as does a gate added to the plain case.
 
 Usage: gates_in_files.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when h5py or
@@ -55,18 +58,20 @@ def write_case(f, group, gate=None, packed=False):
 def reference_o(f, group, use_gate=True):
     """o by the definition, token by token, in fp64."""
     q, k, v = (f[f"{group}/{n}"][0].astype(np.float64) for n in ("q", "k", "v"))
-    g = np.zeros((T, H))
+    g = np.zeros((T, H, DK))  # the log-decay of each key channel
     if use_gate and f"{group}/g" in f:
-        g = f[f"{group}/g"][0].astype(np.float64)
+        g[:] = f[f"{group}/g"][0].astype(np.float64)[:, :, None]
     if use_gate and f"{group}/g_gamma" in f:
-        g[:] = f[f"{group}/g_gamma"][:].astype(np.float64)
+        g[:] = f[f"{group}/g_gamma"][:].astype(np.float64)[None, :, None]
+    if use_gate and f"{group}/gk" in f:
+        g = f[f"{group}/gk"][0].astype(np.float64)
     starts = np.cumsum([0] + SEQLENS) if f"{group}/cu_seqlens" in f else [0, T]
     o = np.zeros((T, H, DV))
     for a, b in zip(starts[:-1], starts[1:]):
         for h in range(H):
             S = np.zeros((DK, DV))
             for t in range(a, b):
-                S = np.exp(g[t, h]) * S + np.outer(k[t, h], v[t, h])
+                S = np.exp(g[t, h])[:, None] * S + np.outer(k[t, h], v[t, h])
                 o[t, h] = SCALE * S.T @ q[t, h]
     return o
 
@@ -82,19 +87,21 @@ with h5py.File(batch, "w") as f:
     write_case(f, "plain")
     write_case(f, "mamba", "g")
     write_case(f, "retnet", "g_gamma", packed=True)
-    write_case(f, "gla")
+    write_case(f, "gla", packed=True)
     f["gla/gk"] = log_decay(1, T, H, DK)
     write_case(f, "both", "g")
     f["both/g_gamma"] = log_decay(H)
+    write_case(f, "channels_too", "g")
+    f["channels_too/gk"] = log_decay(1, T, H, DK)
     write_case(f, "positive", "g")
     f["positive/g"][0, 17, 1] = 0.25
 
 outdir = os.path.join(WORK, "out")
-print("run: plain, g, g_gamma (packed), and gk, both, a positive g")
+print("run: plain, g, g_gamma (packed), gk (packed), and g with g_gamma, g with gk, a positive g")
 rc, out, err = linattn("run", batch, "-o", outdir, "--no-fsync", "--chunk", str(CHUNK))
 if rc != 1:
     fail(f"run: exit {rc}, expected 1 (three bad cases)\n{out}{err}")
-refusals = {"gla/gk": "not implemented yet", "both/g": "holds both g_gamma and g",
+refusals = {"both/g": "holds both g_gamma and g", "channels_too/gk": "holds both g and gk",
             "positive/g": "at [0, 17, 1]"}
 for dataset, words in refusals.items():
     line = next((l for l in err.splitlines() if f"dataset '{dataset}'" in l), "")
@@ -103,12 +110,12 @@ for dataset, words in refusals.items():
     else:
         print(f"  refused: {line.split(': ', 1)[-1]}")
 written = sorted(os.listdir(outdir)) if os.path.isdir(outdir) else []
-expected = ["gates.mamba.h5", "gates.plain.h5", "gates.retnet.h5"]
+expected = ["gates.gla.h5", "gates.mamba.h5", "gates.plain.h5", "gates.retnet.h5"]
 if written != expected:
     fail(f"run: outputs {written}, expected {expected}")
 
 with h5py.File(batch, "r") as f:
-    for group, gate in (("mamba", "g"), ("retnet", "g_gamma"), ("plain", "none")):
+    for group, gate in (("mamba", "g"), ("retnet", "g_gamma"), ("gla", "gk"), ("plain", "none")):
         path = os.path.join(outdir, f"gates.{group}.h5")
         if not os.path.exists(path):
             continue
@@ -132,7 +139,7 @@ with h5py.File(batch, "r") as f:
 # The backward of the gated cases: dg (g) or dg_gamma (g_gamma) beside dq, dk, dv, dh0, and verify checks them.
 grad = os.path.join(WORK, "grad.h5")
 with h5py.File(grad, "w") as f:
-    for group in ("mamba", "retnet"):
+    for group in ("mamba", "retnet", "gla"):
         f[f"{group}/do"] = data(1, T, H, DV)
 bwd = os.path.join(WORK, "bwd")
 for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma", (H,))):
@@ -157,6 +164,13 @@ for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma",
     else:
         print(f"  backward {group}: {dataset} {shape}, verify ok")
 
+# gk has no backward yet: refused, naming it, and no gradient file left behind.
+rc, out, err = linattn("backward", os.path.join(outdir, "gates.gla.h5"), "--grad", grad, "-o", bwd, "--no-fsync")
+if rc == 0 or "gk" not in err or os.path.exists(os.path.join(bwd, "gates.gla.grad.h5")):
+    fail(f"backward gla: exit {rc}, expected a failure naming gk and no output\n{out}{err}")
+else:
+    print(f"  backward gla refused: {err.strip().splitlines()[-1][:140]}")
+
 # The input changed after the run: verify refuses rather than compare against another problem.
 with h5py.File(batch, "r+") as f:
     del f["mamba/g"]
@@ -171,5 +185,6 @@ for group in ("mamba", "plain"):
     else:
         print(f"  verify {group} refused: {verr.strip().splitlines()[-1]}")
 
-check.finish("g and g_gamma ran and matched the fp64 recurrence, gk, both gates and a positive g were refused, "
-             "the backward wrote dg and dg_gamma and verified, verify caught changed gates")
+check.finish("g, g_gamma and gk ran and matched the fp64 recurrence two gates in one case and "
+             "a positive g were refused, the backward wrote dg and dg_gamma and verified and refused gk, verify caught "
+             "changed gates")

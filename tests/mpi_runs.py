@@ -13,7 +13,8 @@
    is one carry (the segment before it started its sequence) is still bitwise,
    and one whose start adds two carries matches to the fp32 accumulation
    order; a case of one chunk (empty segments on the other ranks) is bitwise;
-   gated cases (g per token, RetNet's g_gamma; plain and packed) alike: bitwise
+   gated cases (g per token, RetNet's g_gamma, GLA's gk per key channel; plain and
+   packed) alike: bitwise
    on 2 ranks, and on 3 bitwise before the segment whose start adds two decayed
    carries, to the fp32 order after it; `linattn verify` accepts every output.
    A case failing on one rank fails on all.
@@ -174,9 +175,13 @@ gated_gamma = generate("cp_gated_gamma.h5", "--shape", "1,777,2,32,16", "--dtype
                        "gamma", "--seed", "28")
 gated_packed = generate("cp_gated_packed.h5", "--shape", "1,1,2,16,16", "--seqlens", "10,1000,20", "--dtype", "fp32",
                         "--gate", "g", "--gate-strength", "0.01", "--seed", "29")
-sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed], "cpgate": [gated, gated_gamma, gated_packed]}
+# GLA's gk (one decay per key channel): each carry's rows decay by their own channel's sum.
+gated_gk = generate("cp_gated_gk.h5", "--shape", "2,1000,2,16,24", "--dtype", "fp32", "--initial-state", "--gate", "gk",
+                    "--gate-strength", "0.01", "--seed", "30")
+sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed],
+        "cpgate": [gated, gated_gamma, gated_packed, gated_gk]}
 flags = {"cp": [], "cpnorm": ["--normalize"], "cpgate": []}
-cases = {"cp": 5, "cpnorm": 2, "cpgate": 3}
+cases = {"cp": 5, "cpnorm": 2, "cpgate": 4}
 
 
 def rank_chunks(stdout, case):
@@ -224,7 +229,7 @@ compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 r
 chunks = rank_chunks(results[("cpgate", 2)], "cp_gated.h5:case0")
 check(len(chunks) == 2 and sum(chunks) == 16 and chunks[0] > chunks[1],
       f"gated, 2 ranks, default split: the gated state pass is the fused tiles' (rank 0 takes more: {chunks})")
-for name, gate in (("cp_gated", "g"), ("cp_gated_gamma", "g_gamma"), ("cp_gated_packed", "g")):
+for name, gate in (("cp_gated", "g"), ("cp_gated_gamma", "g_gamma"), ("cp_gated_packed", "g"), ("cp_gated_gk", "gk")):
     with h5py.File(out(f"cpgate2/{name}.case0.h5"), "r") as f:
         attr = f.attrs.get("gate")
         attr = attr.decode() if isinstance(attr, bytes) else attr
@@ -288,6 +293,8 @@ split_check(out("cpgate1/cp_gated_gamma.case0.h5"), out("cpgate3/cp_gated_gamma.
             "3 ranks, gated g_gamma bf16", o_level=UNIT_ROUNDOFF["bfloat16"])
 split_check(out("cpgate1/cp_gated_packed.case0.h5"), out("cpgate3/cp_gated_packed.case0.h5"), 10 + 11 * 64, 12,
             slice(0, 1), "3 ranks, gated packed long sequence")
+split_check(out("cpgate1/cp_gated_gk.case0.h5"), out("cpgate3/cp_gated_gk.case0.h5"), 640, 10, slice(0, 0),
+            "3 ranks, gated gk")
 
 # A case that fails on one rank only (the NaN lies in rank 0's segment of bad_case1.h5's
 # case1) fails on every rank, leaves no file, and the next case still runs.

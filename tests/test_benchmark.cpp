@@ -70,7 +70,7 @@ TEST(Benchmark, PackedAndNormalizedBatchesAreCheckedAgainstTheirReference) {
 // o checked against the gated fp64 reference of the slice (level 1's o would
 // be far off at these decays).
 TEST(Benchmark, GatedRowsAreCheckedAgainstTheGatedReference) {
-  for (GateKind gate : {GateKind::per_head, GateKind::per_token})
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token, GateKind::per_channel})
     for (bool packed : {false, true}) {
       SCOPED_TRACE(std::string(gate_dataset_name(gate)) + (packed ? " packed" : ""));
       BenchConfig bc;
@@ -152,7 +152,7 @@ TEST(Benchmark, GatedBackwardRowIsCheckedAgainstTheGatedReference) {
 // `bench --gate --state-pass` on the TeamPolicy tiles: the gated state pass
 // row's final state is the gated fused forward's, bit for bit (its column 0).
 TEST(Benchmark, GatedStatePassRowIsTheForwardsFinalState) {
-  for (GateKind gate : {GateKind::per_head, GateKind::per_token}) {
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token, GateKind::per_channel}) {
     SCOPED_TRACE(gate_dataset_name(gate));
     BenchConfig bc;
     bc.problem.B = 2; bc.problem.T = 300; bc.problem.H = 3; bc.problem.DK = 16; bc.problem.DV = 24; bc.problem.chunk = 32;

@@ -313,10 +313,10 @@ TEST_F(BadInput, PackedStatesNeedOnePerSequence) {
   expect_rejected(unused_z, "case0", unused_z + ": dataset 'case0/z_state': ", "pass --normalize");
 }
 
-// Gates (docs/HDF5.md, "Gates"): GLA's gk is not implemented and is refused,
-// never ignored; g and g_gamma are refused when their shape does not match q,
-// when a case holds both, and when a value is not a log-decay (positive, NaN,
-// Inf), naming the first such index: --allow-nonfinite does not cover gates.
+// Gates (docs/HDF5.md, "Gates"): g, g_gamma and GLA's gk are refused when
+// their shape does not match q, when a case holds two of them, and when a
+// value is not a log-decay (positive, NaN, Inf), naming the first such index:
+// --allow-nonfinite does not cover gates.
 TEST_F(BadInput, BadGatesAreRefused) {
   auto gated = [&](const std::string& name, const std::vector<std::pair<std::string, std::vector<hsize_t>>>& gates,
                    const std::function<double(std::size_t)>& fill) {
@@ -328,9 +328,15 @@ TEST_F(BadInput, BadGatesAreRefused) {
     return bad;
   };
   auto decay = [](std::size_t i) { return -0.05 - std::fabs(nonzero(i)); };  // valid log-decays, never 0
-  const std::string gk = gated("gate_gk", {{"gk", {1, 40, 2, 8}}}, decay);
-  expect_rejected(gk, "case0", gk + ": dataset 'case0/gk': ",
-                  "per-key-channel decay (GLA's gk) is not implemented yet");
+  const std::string gk = gated("gate_gk", {{"gk", {1, 40, 2, 7}}}, decay);
+  expect_rejected(gk, "case0", gk + ": dataset 'case0/gk': ", "shape [1, 40, 2, 7], expected [B, T, H, DK] = [1, 40, 2, 8]");
+  const std::string gk_and_g = gated("gate_gk_and_g", {{"g", {1, 40, 2}}, {"gk", {1, 40, 2, 8}}}, decay);
+  expect_rejected(gk_and_g, "case0", gk_and_g + ": dataset 'case0/gk': ", "holds both g and gk");
+  // Element (17 * 2 + 1) * 8 + 3 = [0, 17, 1, 3] of gk is the first that is not a log-decay.
+  const std::string gk_positive = gated("gate_gk_value", {{"gk", {1, 40, 2, 8}}}, [&](std::size_t i) {
+    return i == 283 ? 0.5 : decay(i);
+  });
+  expect_rejected(gk_positive, "case0", gk_positive + ": dataset 'case0/gk': ", "at [0, 17, 1, 3]");
   const std::string g_shape = gated("gate_g_shape", {{"g", {1, 40, 3}}}, decay);
   expect_rejected(g_shape, "case0", g_shape + ": dataset 'case0/g': ", "shape [1, 40, 3], expected [B, T, H] = [1, 40, 2]");
   const std::string gamma_shape = gated("gate_gamma_shape", {{"g_gamma", {1, 2}}}, decay);

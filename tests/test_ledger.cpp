@@ -127,6 +127,12 @@ TEST(Ledger, GateCountsItsElementwiseWork) {
   const GateCounts gamma = count_gate(p, GateKind::per_head);
   EXPECT_EQ(gamma.multiplies, g.multiplies);  // the same work; only the gate's bytes differ
   EXPECT_EQ(gamma.bytes, 2.0 * 4);
+  // Per key channel: each factor per channel (the scores' 64 x 16 per row, Q's and K's rows), gk read once.
+  const GateCounts gk = count_gate(p, GateKind::per_channel);
+  EXPECT_EQ(gk.multiplies, 493.0 * 2 * (64 * 16 + 2 * 16) + 10.0 * 2 * 16 * 8);
+  EXPECT_EQ(gk.exponentials, 493.0 * 2 * (64 * 16 + 2 * 16) + 10.0 * 2 * 16);
+  EXPECT_EQ(gk.additions, 493.0 * 2 * 16);
+  EXPECT_EQ(gk.bytes, 493.0 * 2 * 16 * 4);
 }
 
 }  // namespace

@@ -174,7 +174,7 @@ TEST(Streaming, TensorCoreShapeMatchesWhole) {
   }
 }
 
-// Gated cases (g_gamma, g) streamed in windows: the decays restart at every
+// Gated cases (g_gamma, g, gk) streamed in windows: the decays restart at every
 // chunk and the carried state needs nothing new, so the windows give the
 // whole case's bits; the record names the gate, and the level-1 result of the
 // same inputs differs (the gate was read, not ignored).
@@ -188,7 +188,7 @@ TEST(Streaming, GatedCasesMatchWhole) {
   packed.T = packed.cu_seqlens.back();
   int n = 0;
   for (const Problem& p : {plain, packed})
-    for (GateKind gate : {GateKind::per_head, GateKind::per_token})
+    for (GateKind gate : {GateKind::per_head, GateKind::per_token, GateKind::per_channel})
       for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent}) {
         const DType dtype = p.varlen() ? DType::f32 : DType::bf16;
         SCOPED_TRACE(std::string(p.varlen() ? "packed " : "plain ") + gate_dataset_name(gate) + " " +

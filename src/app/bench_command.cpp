@@ -102,9 +102,10 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--gate", o->gate,
                   "Time the gated forward (README.md, \"Gated levels\"; with --state-pass its state pass, with "
                   "--backward the gated backward): 'g' draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's "
-                  "g_gamma [H] = log(1 - 2^(-5-h)); o (the backward: dq, dk, dv and dg) is checked against the gated "
+                  "g_gamma [H] = log(1 - 2^(-5-h)), 'gk' draws GLA's gk [B, T, H, DK] uniform in [-1, 0) (the forward "
+                  "and its state pass only); o (the backward: dq, dk, dv and dg) is checked against the gated "
                   "fp64 reference")
-      ->check(CLI::IsMember({"g", "gamma"}));
+      ->check(CLI::IsMember({"g", "gamma", "gk"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
       ->check(CLI::IsMember({"auto", "kokkoskernels", "tensorcore", "hosttile", "registers"}))
       ->capture_default_str();
@@ -159,7 +160,10 @@ Command add_bench_command(CLI::App& parent) {
               }
               bc.normalize = o->normalize;
               bc.backward = o->backward;
-              bc.gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
+              bc.gate = o->gate == "g"       ? GateKind::per_token
+                        : o->gate == "gamma" ? GateKind::per_head
+                        : o->gate == "gk"    ? GateKind::per_channel
+                                             : GateKind::none;
               bc.state_pass = o->state_pass;
               bc.dtype = parse_dtype(o->dtype);
               bc.variants.clear();

@@ -66,7 +66,7 @@ int generate_grads(const std::string& input, const std::string& output, std::uin
 }
 
 // The gate of one case (README.md, "Gated levels"): RetNet's gammas, or log-decays
-// uniform in [-strength, 0) (never 0) per head or per token, drawn from its own stream.
+// uniform in [-strength, 0) (never 0) per head, per token or per token and key channel, drawn from its own stream.
 Tensor generate_gate(const Problem& p, GateKind kind, double strength, std::uint64_t seed) {
   if (kind == GateKind::per_head && strength <= 0) return Tensor::from_double(DType::f32, {p.H}, retnet_log_gammas(p.H));
   return random_tensor(DType::f32, gate_shape(p, kind), seed, -(strength > 0 ? strength : 1.0), 0.0);
@@ -140,8 +140,9 @@ Command add_generate_command(CLI::App& parent) {
   CLI::Option* gate = cmd->add_option("--gate", o->gate,
                   "Also write a decay gate (log-decays <= 0, fp32): 'gamma' writes g_gamma [H] (RetNet's per-head "
                   "decays gamma_h = 1 - 2^(-5-h), as log(gamma_h)), 'g' writes g [B, T, H] (one per token and head, "
-                  "Mamba-2's gate), uniform in [-1, 0)")
-      ->check(CLI::IsMember({"gamma", "g"}))
+                  "Mamba-2's gate), 'gk' writes gk [B, T, H, DK] (one per token, head and key channel, GLA's gate); "
+                  "g and gk uniform in [-1, 0)")
+      ->check(CLI::IsMember({"gamma", "g", "gk"}))
       ->excludes("--grad");
   cmd->add_option("--gate-strength", o->gate_strength,
                   "With --gate: log-decays uniform in [-S, 0) instead (for gamma too); large S forgets within a few "
@@ -158,6 +159,7 @@ Command add_generate_command(CLI::App& parent) {
             if (o->shapes.empty()) throw std::invalid_argument("--shape is required (or --grad INPUT.h5)");
             const GateKind gate_kind = o->gate == "gamma" ? GateKind::per_head
                                        : o->gate == "g"   ? GateKind::per_token
+                                       : o->gate == "gk"  ? GateKind::per_channel
                                                           : GateKind::none;
             if (gate_kind != GateKind::none && o->initial_z)
               throw std::invalid_argument("--initial-z is for normalized runs, which take no gate (--gate)");

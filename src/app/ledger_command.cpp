@@ -32,8 +32,9 @@ Command add_ledger_command(CLI::App& parent) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--gate", o->gate,
-                  "Also count a decay gate's extra work (README.md, \"Gated levels\"): g (per token) or gamma (per head)")
-      ->check(CLI::IsMember({"g", "gamma"}));
+                  "Also count a decay gate's extra work (README.md, \"Gated levels\"): g (per token), gamma (per head) or gk "
+                  "(per token and key channel)")
+      ->check(CLI::IsMember({"g", "gamma", "gk"}));
 
   return {cmd, [o] {
             // The columns of the specification's cost table, in its order, then the recompute form's whole forward.
@@ -42,7 +43,10 @@ Command add_ledger_command(CLI::App& parent) {
                              "recompute forward GFLOP"},
                             std::vector<bool>(11, true),
                             {}};
-            const GateKind gate = o->gate == "g" ? GateKind::per_token : o->gate == "gamma" ? GateKind::per_head : GateKind::none;
+            const GateKind gate = o->gate == "g"       ? GateKind::per_token
+                                  : o->gate == "gamma" ? GateKind::per_head
+                                  : o->gate == "gk"    ? GateKind::per_channel
+                                                       : GateKind::none;
             if (gate != GateKind::none) {
               for (const char* column : {"gate Mmul", "gate Mexp", "gate/ideal", "gate MB"}) table.header.push_back(column);
               table.right_aligned.resize(table.header.size(), true);

@@ -1,5 +1,8 @@
 #include "app/reference_by_head.hpp"
 
+#include "reference/channel_gated.hpp"
+
+#include <stdexcept>
 #include <vector>
 
 namespace linattn {
@@ -76,9 +79,10 @@ reference::Result forward_reference_by_head(const Problem& p, const reference::I
     if (in.initial_state) s0 = piece.gather_state(*in.initial_state);
     const Problem one = piece.problem();
     const reference::Inputs piece_in{q, k, v, in.initial_state ? &s0 : nullptr};
-    const reference::Result part = gate.kind == GateKind::none
-                                       ? reference::chunked(one, piece_in)
-                                       : reference::gated_chunked(one, piece_in, piece.gate_of(gate));
+    const reference::Result part =
+        gate.kind == GateKind::none          ? reference::chunked(one, piece_in)
+        : gate.kind == GateKind::per_channel ? reference::gla_chunked(one, piece_in, {piece.gather_tokens(gate.log_decay, DK)})
+                                             : reference::gated_chunked(one, piece_in, piece.gate_of(gate));
     piece.scatter_tokens(part.o, DV, r.o);
     // h [rows, chunks, H, DK, DV]: a plain row's chunks from 0, a packed sequence's from its first chunk.
     const std::int64_t first = p.varlen() ? chunk_starts[piece.n] : piece.row() * p.total_chunks();
@@ -96,6 +100,8 @@ reference::GatedGradients backward_reference_by_head(const Problem& p, const ref
                                                      const reference::GradInputs& g, const PieceDone& done,
                                                      const reference::Gate& gate) {
   validate_shapes(p);
+  if (gate.kind == GateKind::per_channel)
+    throw std::invalid_argument("the backward does not take a per-key-channel gate (gk) yet");
   const std::int64_t DK = p.DK, DV = p.DV;
   reference::GatedGradients d;
   const bool gated = gate.kind != GateKind::none;

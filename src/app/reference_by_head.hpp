@@ -20,7 +20,9 @@ namespace linattn {
 using PieceDone = std::function<void(std::int64_t tokens, std::int64_t elements)>;
 
 // With a gate (levels 2 and 3), each piece runs reference::gated_chunked on
-// its own tokens' log-decays; gate none is level 1's reference::chunked.
+// its own tokens' log-decays (per key channel, GateKind::per_channel with gk
+// [B, T, H, DK] in log_decay: reference::gla_chunked); gate none is level 1's
+// reference::chunked.
 reference::Result forward_reference_by_head(const Problem& p, const reference::Inputs& in, bool normalized,
                                             const PieceDone& done, const reference::Gate& gate = {});
 

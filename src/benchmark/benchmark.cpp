@@ -9,6 +9,7 @@
 #include "kernels/state_pass_run.hpp"
 #include "kernels/run_variant.hpp"
 #include "reference/backward.hpp"
+#include "reference/channel_gated.hpp"
 #include "reference/gated.hpp"
 #include "reference/references.hpp"
 
@@ -123,6 +124,11 @@ BenchGate bench_gate(const BenchConfig& bc, std::int64_t tokens) {
   const std::vector<double> g = out.gate.to_double();
   if (bc.gate == GateKind::per_head) {
     out.slice = reference::Gate::per_head({g[0]});
+  } else if (bc.gate == GateKind::per_channel) {  // gk of (b = 0, h = 0): [tokens, DK], read by gla_chunked
+    std::vector<double> gs(static_cast<std::size_t>(tokens * p.DK));
+    for (std::int64_t t = 0; t < tokens; ++t)
+      for (std::int64_t d = 0; d < p.DK; ++d) gs[t * p.DK + d] = g[static_cast<std::size_t>(t * p.H * p.DK + d)];
+    out.slice = {GateKind::per_channel, std::move(gs)};
   } else {
     std::vector<double> gs(static_cast<std::size_t>(tokens));
     for (std::int64_t t = 0; t < tokens; ++t) gs[t] = g[static_cast<std::size_t>(t * p.H)];  // b = 0, h = 0
@@ -163,6 +169,7 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   views.v = forward.v;
   views.g = forward.g;  // the forward's gate, if any: the gated state pass
   views.g_gamma = forward.g_gamma;
+  views.gk = forward.gk;
   views.final_state = DeviceView4<Acc>(Kokkos::view_alloc(std::string("state_pass_final"), Kokkos::WithoutInitializing),
                                        p.num_sequences(), p.H, p.DK, p.DV);
   DeviceView3<Acc> z0, z_state;
@@ -230,9 +237,10 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
   // slice (and, when packed, on the sequences it cuts, up to its end).
   const Problem slice = accuracy_slice(p, tokens);
   const std::vector<double> qs = slice_to_host(q, tokens), ks = slice_to_host(k, tokens), vs = slice_to_host(v, tokens);
-  const std::vector<double> o_ref = bc.gate == GateKind::none
-                                        ? reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o
-                                        : reference::gated_forward(slice, {qs, ks, vs, nullptr}, slice_gate).o;
+  const std::vector<double> o_ref =
+      bc.gate == GateKind::none          ? reference::forward(slice, {qs, ks, vs, nullptr, nullptr}, bc.normalize).o
+      : bc.gate == GateKind::per_channel ? reference::gla_chunked(slice, {qs, ks, vs, nullptr}, {slice_gate.log_decay}).o
+                                         : reference::gated_forward(slice, {qs, ks, vs, nullptr}, slice_gate).o;
 
   const DType in_dtype = bc.dtype;
   const DType out_dtype = bc.output_fp32 ? DType::f32 : in_dtype;

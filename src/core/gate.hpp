@@ -1,6 +1,7 @@
 // The decay gates of levels 2 and 3 (README.md, "Gated levels"): log-decays
 // g <= 0 per head (RetNet: g_gamma [H]) or per token and head (Mamba-2:
-// g [B, T, H]); level 1 is the gate `none`. Its own header so that the
+// g [B, T, H]), or per token, head and key channel (GLA: gk [B, T, H, DK]);
+// level 1 is the gate `none`. Its own header so that the
 // kernels, the I/O and the references name the kinds alike.
 #pragma once
 
@@ -13,24 +14,30 @@
 
 namespace linattn {
 
-enum class GateKind { none, per_head, per_token };
+enum class GateKind { none, per_head, per_token, per_channel };
 
-// The gate's dataset name: "g_gamma", "g" ("none" for none).
+// Whether the gate decays each key channel on its own (GLA's gk) rather than
+// the whole state by one number.
+inline bool channel_gate(GateKind k) { return k == GateKind::per_channel; }
+
+// The gate's dataset name: "g_gamma", "g", "gk" ("none" for none).
 inline const char* gate_dataset_name(GateKind k) {
-  return k == GateKind::per_head ? "g_gamma" : k == GateKind::per_token ? "g" : "none";
+  return k == GateKind::per_head ? "g_gamma" : k == GateKind::per_token ? "g" : k == GateKind::per_channel ? "gk" : "none";
 }
 
-// Its shape for problem p: [H] or [B, T, H] (empty for none).
+// Its shape for problem p: [H], [B, T, H] or [B, T, H, DK] (empty for none).
 inline std::vector<std::int64_t> gate_shape(const Problem& p, GateKind k) {
   if (k == GateKind::per_head) return {p.H};
   if (k == GateKind::per_token) return {p.B, p.T, p.H};
+  if (k == GateKind::per_channel) return {p.B, p.T, p.H, p.DK};
   return {};
 }
 
-// "g_gamma" -> per_head, "g" -> per_token, "none" -> none; false for anything else.
+// "g_gamma" -> per_head, "g" -> per_token, "gk" -> per_channel, "none" -> none; false for anything else.
 inline bool parse_gate_dataset_name(const std::string& name, GateKind& kind) {
   if (name == "g_gamma") kind = GateKind::per_head;
   else if (name == "g") kind = GateKind::per_token;
+  else if (name == "gk") kind = GateKind::per_channel;
   else if (name == "none") kind = GateKind::none;
   else return false;
   return true;

@@ -41,6 +41,13 @@ GateCounts count_gate(const Problem& p, GateKind kind) {
   double chunks = 0;  // every (sequence, chunk), times the heads
   for (std::int64_t n = 0; n < p.num_sequences(); ++n) chunks += static_cast<double>(p.sequence_chunks(n));
   chunks *= static_cast<double>(p.H);
+  if (kind == GateKind::per_channel) {  // every factor per key channel: the scores' C x DK per row, Q's and K's rows
+    g.multiplies = bth * (C * DK + 2.0 * DK) + chunks * DK * DV;
+    g.exponentials = bth * (C * DK + 2.0 * DK) + chunks * DK;
+    g.additions = bth * DK;
+    g.bytes = 4.0 * bth * DK;
+    return g;
+  }
   g.multiplies = bth * (C + DV + DK) + chunks * DK * DV;
   g.exponentials = bth * (C + 2.0);
   g.additions = bth;

@@ -47,7 +47,11 @@ double backward_flops(const Problem& p, bool recompute_h);
 // (DV) and key row (DK) scaled, and per chunk the state (DK DV): multiplies;
 // C + 2 exponentials per token (its score row's exp(b_i - b_j), exp(b_i) and
 // exp(b_L - b_i)) and the cumulative sum (one addition); the gate read once in
-// fp32: g [B, T, H] or g_gamma [H]. Zero for GateKind::none.
+// fp32: g [B, T, H] or g_gamma [H]. Per key channel (gk [B, T, H, DK]) every
+// factor is taken per channel: per token and head C x DK score factors, Q's and
+// K's rows (2 DK), per chunk the state; C DK + 2 DK exponentials per token
+// (the devices' form: one per score and channel) and DK per chunk; DK additions.
+// Zero for GateKind::none.
 struct GateCounts {
   double multiplies = 0, exponentials = 0, additions = 0, bytes = 0;
 };

@@ -206,32 +206,29 @@ CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& gr
                                         shape_string(expected));
     check_sizes(id, file, z_path, z);
   }
-  // Gates (docs/HDF5.md, "Gates"): at most one of g_gamma and g, in any
-  // float dtype (read as fp32), shaped by q; GLA's gk is not implemented and
-  // is refused rather than ignored.
-  const std::string gk_path = dataset_path(group, "gk");
-  if (hdf5::link_exists(id, gk_path))
-    throw FileError(file, gk_path,
-                    "gated linear attention with a per-key-channel decay (GLA's gk) is not implemented yet; linattn "
-                    "computes g_gamma (RetNet) and g (Mamba-2) gates and refuses gk rather than ignore it");
-  const std::int64_t B = schema.q.shape[0], T = schema.q.shape[1], H = schema.q.shape[2];
-  for (GateKind kind : {GateKind::per_head, GateKind::per_token}) {
+  // Gates (docs/HDF5.md, "Gates"): at most one of g_gamma, g and gk, in any
+  // float dtype (read as fp32), shaped by q.
+  const std::int64_t B = schema.q.shape[0], T = schema.q.shape[1], H = schema.q.shape[2], DK = schema.q.shape[3];
+  for (GateKind kind : {GateKind::per_head, GateKind::per_token, GateKind::per_channel}) {
     const std::string path = dataset_path(group, gate_dataset_name(kind));
     if (!hdf5::link_exists(id, path)) continue;
     if (schema.gate != GateKind::none)
-      throw FileError(file, path, std::string("the case holds both g_gamma and g; a case takes one gate (g_gamma [H]: "
-                                              "one decay per head, g [B, T, H]: one per token and head)"));
+      throw FileError(file, path, std::string("the case holds both ") + gate_dataset_name(schema.gate) + " and " +
+                                      gate_dataset_name(kind) +
+                                      "; a case takes one gate (g_gamma [H]: one decay per head, g [B, T, H]: one per "
+                                      "token and head, gk [B, T, H, DK]: one per token, head and key channel)");
     const hdf5::DatasetInfo g = hdf5::dataset_info(id, file, path);
-    const std::vector<std::int64_t> expected =
-        kind == GateKind::per_head ? std::vector<std::int64_t>{H} : std::vector<std::int64_t>{B, T, H};
+    const std::vector<std::int64_t> expected = kind == GateKind::per_head    ? std::vector<std::int64_t>{H}
+                                               : kind == GateKind::per_token ? std::vector<std::int64_t>{B, T, H}
+                                                                             : std::vector<std::int64_t>{B, T, H, DK};
+    const char* form = kind == GateKind::per_head ? "[H] = " : kind == GateKind::per_token ? "[B, T, H] = " : "[B, T, H, DK] = ";
     if (g.shape != expected)
-      throw FileError(file, path, "shape " + shape_string(g.shape) + ", expected " +
-                                      (kind == GateKind::per_head ? "[H] = " : "[B, T, H] = ") +
-                                      shape_string(expected) + " (q " + shape_string(schema.q.shape) + ")");
+      throw FileError(file, path, "shape " + shape_string(g.shape) + ", expected " + form + shape_string(expected) +
+                                      " (q " + shape_string(schema.q.shape) + ")");
     check_sizes(id, file, path, g);
     schema.gate = kind;
   }
-  for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens", "g_gamma", "g"}) {
+  for (const char* name : {"q", "k", "v", "initial_state", "z_state", "cu_seqlens", "g_gamma", "g", "gk"}) {
     const std::string path = dataset_path(group, name);
     if (hdf5::link_exists(id, path) && hdf5::reads_other_files(hdf5::open_dataset(id, file, path).get()))
       schema.external_data.push_back(name);

@@ -2,7 +2,7 @@
 // v [B, T, H, DV], optionally initial_state [N, H, DK, DV], z_state [N, H, DK]
 // (the initial key sum of a normalized run), cu_seqlens (int64 [N + 1],
 // packed variable-length sequences, B = 1; without it N = B) and one decay
-// gate, g_gamma [H] or g [B, T, H] (log-decays <= 0, core/gate.hpp), at the
+// gate, g_gamma [H], g [B, T, H] or gk [B, T, H, DK] (log-decays <= 0, core/gate.hpp), at the
 // root or in groups; each location holding q, k or v is one case of a batch.
 #pragma once
 
@@ -34,7 +34,7 @@ struct CaseData {
   Tensor initial_z;                     // dataset z_state; empty when the case has none
   std::vector<std::string> external_data;  // as in CaseSchema
   GateKind gate = GateKind::none;       // which gate dataset the case holds
-  Tensor log_decay;                     // g_gamma [H] or g [B, T, H] in fp32 (read_case; read_slice: the accumulation type); empty for none
+  Tensor log_decay;                     // g_gamma [H], g [B, T, H] or gk [B, T, H, DK] in fp32 (read_case; read_slice: the accumulation type); empty for none
 };
 
 // What a case holds, from its metadata alone (read_case's schema checks, and
@@ -46,7 +46,7 @@ struct CaseSchema {
   hdf5::DatasetInfo q, k, v;
   std::vector<std::int64_t> cu_seqlens;  // empty for a plain batch
   bool has_initial_state = false, has_initial_z = false;
-  GateKind gate = GateKind::none;  // g_gamma or g, its shape checked against q's B, T and H
+  GateKind gate = GateKind::none;  // g_gamma, g or gk, its shape checked against q's B, T, H (and DK)
   // The datasets ("q", "cu_seqlens") whose data are in other files, which
   // --allow-external-data accepted (hdf5::check_storage); the result line names them.
   std::vector<std::string> external_data;
@@ -80,8 +80,7 @@ void check_log_decays(const void* data, DType dtype, const std::vector<std::int6
 // differing, rank, a zero dimension, B/T/H or DK disagreeing, initial_state or
 // z_state of the wrong shape, a layout other than BTHD, cu_seqlens that is not
 // an integer vector or breaks the rules of validate_sequences (B = 1, starts
-// at 0, increasing, ends at T), a gate of the wrong shape, both g and g_gamma,
-// gk (GLA's per-channel gate, not implemented: refused rather than ignored),
+// at 0, increasing, ends at T), a gate of the wrong shape, more than one gate,
 // a log-decay that is not a finite value <= 0 (always), and NaN or Inf
 // elements of the other datasets unless allowed.
 CaseData read_case(const std::string& file, const std::string& group, const ReadOptions& options = {});

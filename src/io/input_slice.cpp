@@ -67,6 +67,9 @@ CaseData read_slice(hid_t file, const std::string& file_name, const std::string&
     d.log_decay = read_gate_part(file, file_name, group, schema.gate, r.accumulation, {0, t0, 0}, {B, T, H}, window);
   if (schema.gate == GateKind::per_head)
     d.log_decay = read_gate_part(file, file_name, group, schema.gate, r.accumulation, {0}, {H}, "");
+  if (schema.gate == GateKind::per_channel)
+    d.log_decay =
+        read_gate_part(file, file_name, group, schema.gate, r.accumulation, {0, t0, 0, 0}, {B, T, H, DK}, window);
   return d;
 }
 

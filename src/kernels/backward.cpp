@@ -138,6 +138,7 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
   f.output_fp32 = config.output_fp32;
   f.known_case = p != nullptr;
   f.gated = config.gate != GateKind::none;
+  f.channel_gated = channel_gate(config.gate);
   if (p) {
     f.input = input;
     f.chunk = p->chunk;

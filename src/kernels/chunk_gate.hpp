@@ -4,35 +4,85 @@
 //   O_i  *= exp(b_i)                  (the inter-chunk term scale q_i^T S)
 //   A_ij *= exp(b_i - b_j), j <= i    (the causal scores; 0 above the diagonal)
 //   K_j  *= exp(b_L - b_j),  S *= exp(b_L)   (the state update; b_L = b at the last token)
+// With one decay per key channel (GLA's gk, issue 28) b_i is a vector over
+// the DK channels and every factor is taken channel by channel:
+//   Q_id *= exp(b_id)                 (before Q S)
+//   A_ij  = sum_d Q_id K_jd exp(b_id - b_jd), j <= i   (no longer one product)
+//   K_jd *= exp(b_Ld - b_jd),  S_d: *= exp(b_Ld)
 // Every exponent is <= 0: differences of cumulative sums, never a product
-// exp(b_i) * exp(-b_j), which overflows for strong decays.
+// exp(b_i) * exp(-b_j), which overflows for strong decays. So no decay is too
+// strong: a factor below fp32's range is 0, as the true one nearly is.
 #pragma once
 
+#include "core/problem.hpp"
 #include "kernels/execution.hpp"
+
+#include <cstdint>
 
 namespace linattn {
 
-// b of the chunk in a 4 x C scratch tile (kDecayRows) with the factors
-// that depend on one token only, computed once per chunk, and whether a gate
-// exists at all (level 1: `on` false, b unused, every step the level-1 step).
+// b of the chunk in a scratch tile with the factors that depend on one token
+// only, computed once per chunk, and whether a gate exists at all (level 1:
+// `on` false, b unused, every step the level-1 step).
+// Scalar gates: a 4 x C tile (kDecayRows). Per-channel gates (`channels`): a
+// C x DK tile of b, and on the host 2 C more rows: exp(b_i - b_{i-1}) = exp(gk_i),
+// then the running factors of the scores' walk (decay_channel_scores).
 constexpr int kDecayRows = 4;
 template <class Acc>
 struct ChunkDecay {
-  // b(0, i) = b_i, b(1, i) = exp(b_i), b(2, i) = exp(b_L - b_i), b(3, i) = exp(b_i - b_{i-1}) = exp(g_i)
+  // Scalar: b(0, i) = b_i, b(1, i) = exp(b_i), b(2, i) = exp(b_L - b_i), b(3, i) = exp(b_i - b_{i-1}) = exp(g_i)
   // (b(3, 0) = exp(b_0)), i < L; tokens past L repeat L - 1's (b(3, i) = 1 there).
+  // Per channel: b(i, d) = b_id, i < C (tokens past L repeat L - 1's); host: b(C + i, d) = exp(b_id - b_{i-1}d).
   Tile<Acc> b;
   int L = 0;    // the chunk's tokens
   bool on = false;
+  bool channels = false;
 };
 
-// Fills d.b (b, exp(b), exp(b_L - b)) for the tokens t0 .. t0 + L - 1 of batch row bb, head h, from the
-// views' g or g_gamma (one thread: C additions), when the views are gated.
+// The decay tile's extents for views' gate on chunk C (0 x 0 for level 1),
+// for the scratch plans and for decay_tile below.
+struct DecayExtent {
+  std::int64_t rows = 0, cols = 0;
+};
+template <class Views>
+KOKKOS_INLINE_FUNCTION DecayExtent decay_extent(const Views& views, std::int64_t C, std::int64_t DK) {
+  if (views.channel_gated()) return {host_execution ? 3 * C : C, DK};
+  if (views.gated()) return {kDecayRows, C};
+  return {};
+}
+template <class Views>
+DecayExtent decay_extent(const Problem& p, const Views& views) {
+  return decay_extent(views, p.chunk, p.DK);
+}
+
+// The team's decay tile in scratch `level` (empty for level 1).
+template <class Acc, class Views>
+KOKKOS_INLINE_FUNCTION Tile<Acc> decay_tile(const Member& m, int level, const Views& views, int C, int DK) {
+  const DecayExtent e = decay_extent(views, C, DK);
+  return e.rows > 0 ? Tile<Acc>(m.team_scratch(level), e.rows, e.cols) : Tile<Acc>();
+}
+
+// Fills d.b for the tokens t0 .. t0 + L - 1 of batch row bb, head h, from the
+// views' g or g_gamma (one thread: C additions) or gk (a thread per channel:
+// C additions each), when the views are gated.
 // The caller's next barrier publishes it.
 template <class Acc, class Views>
 KOKKOS_INLINE_FUNCTION ChunkDecay<Acc> chunk_decay(const Member& m, const Tile<Acc>& b, const Views& views, int bb,
                                                    int t0, int L, int h) {
-  ChunkDecay<Acc> d{b, L, views.gated()};
+  ChunkDecay<Acc> d{b, L, views.gated(), views.channel_gated()};
   if (!d.on) return d;
+  if (d.channels) {
+    const int C = static_cast<int>(b.extent(0)) / (host_execution ? 3 : 1), DK = static_cast<int>(b.extent(1));
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int c) {
+      Acc s = Acc(0);
+      for (int i = 0; i < C; ++i) {
+        if (i < L) s += views.gk(bb, t0 + i, h, c);
+        b(i, c) = s;
+        if constexpr (host_execution) b(C + i, c) = kernel_exp(i > 0 ? s - b(i - 1, c) : s);
+      }
+    });
+    return d;
+  }
   Kokkos::single(Kokkos::PerTeam(m), [&]() {
     const bool per_token = views.g.extent(0) > 0;
     const int n = static_cast<int>(b.extent(1));
@@ -106,6 +156,80 @@ KOKKOS_INLINE_FUNCTION void decay_scores(const Member& m, const ChunkDecay<Acc>&
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void decay_key_rows(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K) {
   scale_rows(m, d.b, 2, d.L, K);
+}
+
+// Per channel: Q_id *= exp(b_id), the rows of the inter-chunk term (every row
+// of Q: rows past L are zero).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void decay_query_channels(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& Q) {
+  const int rows = static_cast<int>(Q.extent(0)), cols = static_cast<int>(Q.extent(1));
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) {
+    const int i = e / cols, c = e % cols;
+    Q(i, c) *= kernel_exp(d.b(i, c));
+  });
+}
+
+// Per channel: A_ij = j <= i ? scale sum_d Q_id K_jd exp(b_id - b_jd) : 0.
+// Devices take one exp per score and channel, every score in parallel. Host
+// threads walk each row from the diagonal to the left with the running factors
+// w_d = exp(b_id - b_jd) in the tile's last C rows, times exp(gk_{j+1}d) per
+// step (chunk_decay's): no exp per score, as the scalar gate's decay_scores
+// does; each factor is <= 1, so w never
+// overflows and fades to zero as the true one does (up to 2 (i - j)
+// roundings: fp32 7.5e-6 relative at i - j = 63).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void decay_channel_scores(const Member& m, const ChunkDecay<Acc>& d, Acc scale,
+                                                 const Tile<Acc>& Q, const Tile<Acc>& K, const Tile<Acc>& A) {
+  const int n = static_cast<int>(A.extent(0)), DK = static_cast<int>(Q.extent(1));
+  if constexpr (host_execution) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, n), [&](const int i) {
+      for (int j = i + 1; j < n; ++j) A(i, j) = Acc(0);
+      Acc* __restrict w = &d.b(2 * n + i, 0);
+      const Acc* __restrict qi = &Q(i, 0);
+      for (int c = 0; c < DK; ++c) w[c] = Acc(1);
+      for (int j = i; j >= 0; --j) {
+        const Acc* __restrict kj = &K(j, 0);
+        if (j < i) {
+          const Acc* __restrict step = &d.b(n + j + 1, 0);  // exp(gk_{j+1})
+          for (int c = 0; c < DK; ++c) w[c] *= step[c];
+        }
+        Acc sum = Acc(0);
+        for (int c = 0; c < DK; ++c) sum += qi[c] * kj[c] * w[c];
+        A(i, j) = scale * sum;
+      }
+    });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, n * n), [&](const int e) {
+      const int i = e / n, j = e % n;
+      Acc sum = Acc(0);
+      if (j <= i)
+        for (int c = 0; c < DK; ++c) sum += Q(i, c) * K(j, c) * kernel_exp(d.b(i, c) - d.b(j, c));
+      A(i, j) = scale * sum;
+    });
+  }
+}
+
+// Per channel, the state update's factors: K_jd *= exp(b_Ld - b_jd) for the
+// chunk's rows, and the state's row d by exp(b_Ld).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void decay_channel_state(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
+                                                const Tile<Acc>& S) {
+  const int DK = static_cast<int>(K.extent(1)), W = static_cast<int>(S.extent(1)), last = d.L - 1;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L * DK), [&](const int e) {
+    const int j = e / DK, c = e % DK;
+    K(j, c) *= kernel_exp(d.b(last, c) - d.b(j, c));
+  });
+  if constexpr (host_execution) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int c) {
+      const Acc f = kernel_exp(d.b(last, c));
+      for (int j = 0; j < W; ++j) S(c, j) *= f;
+    });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK * W), [&](const int e) {
+      const int c = e / W, j = e % W;
+      S(c, j) *= kernel_exp(d.b(last, c));
+    });
+  }
 }
 
 }  // namespace linattn

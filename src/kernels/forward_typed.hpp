@@ -132,12 +132,14 @@ void download(Tensor& t, const DeviceView5<T>& d) {
   Kokkos::deep_copy(hv, d);
 }
 
-// A gate's log-decays (g [B, T, H] or g_gamma [H], any float dtype) into the
-// views' g or g_gamma, in the accumulation type: the forward's and backward's views alike.
+// A gate's log-decays (g [B, T, H], g_gamma [H] or gk [B, T, H, DK], any float
+// dtype) into the views' g, g_gamma or gk, in the accumulation type: the
+// forward's and backward's views alike.
 template <class Acc, class Views>
 void upload_gate(Views& views, GateKind kind, const Tensor& gate, DType acc_dtype) {
   if (kind == GateKind::per_token) views.g = upload3<Acc>("linattn::g", converted(gate, acc_dtype));
   if (kind == GateKind::per_head) views.g_gamma = upload1<Acc>("linattn::g_gamma", converted(gate, acc_dtype));
+  if (kind == GateKind::per_channel) views.gk = upload4<Acc>("linattn::gk", converted(gate, acc_dtype));
 }
 
 template <class In, class Out, class Snap>

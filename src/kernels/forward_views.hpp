@@ -21,8 +21,10 @@ struct ForwardViews {
   // The gate (core/gate.hpp), at most one of them, in Acc: log-decays g <= 0.
   DeviceView3<const Acc> g;                   // [B, T, H] (per token) or empty
   DeviceView1<const Acc> g_gamma;             // [H] (per head) or empty
+  DeviceView4<const Acc> gk;                  // [B, T, H, DK] (per key channel, GLA) or empty
 
-  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0 || gk.extent(0) > 0; }
+  KOKKOS_INLINE_FUNCTION bool channel_gated() const { return gk.extent(0) > 0; }
 };
 
 }  // namespace linattn

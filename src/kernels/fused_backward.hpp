@@ -48,6 +48,10 @@ struct BackwardViews {
   DeviceView1<const Acc> g_gamma;       // [H] or empty
   DeviceView3<Acc> dg;                  // [B, T, H]: dL/dg_t (per head: summed by the caller); empty ungated
   KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
+  // GLA's gk has no backward yet (choose_backward_path refuses it): the shared
+  // chunk_decay (chunk_gate.hpp) finds no per-channel gate here.
+  DeviceView4<const Acc> gk;
+  KOKKOS_INLINE_FUNCTION bool channel_gated() const { return false; }
 };
 
 template <class Views, class Acc>

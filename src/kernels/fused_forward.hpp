@@ -26,9 +26,9 @@ struct FusedForward : KernelShape, BlockPlan {
   TileGemm gemm;
 
   // Gated runs add the chunk's cumulative log-decays b and their factors (chunk_gate.hpp).
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, DecayExtent decay = {}) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    if (decay.rows > 0) tiles.push_back({decay.rows, decay.cols});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -38,7 +38,7 @@ struct FusedForward : KernelShape, BlockPlan {
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
+    const Tile<Acc> Bd = decay_tile<Acc>(m, level, views, C, DK);
     const bool store_snapshots = views.h.extent(0) > 0;
 
     load_state(m, S, views.initial_state, n, h, d0);
@@ -65,7 +65,7 @@ ScratchPlan run_fused(const Problem& p, const Views& views, const SequenceMap& s
   ScopedRegion region("linattn::fused");
   using Kernel = FusedForward<Views>;
   const ScratchPlan plan =
-      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, views.gated()); });
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, decay_extent(p, views)); });
   const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
                       gemm};
   const int league = static_cast<int>(kernel.num_blocks * p.num_sequences() * p.H);

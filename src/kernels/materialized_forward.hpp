@@ -28,9 +28,9 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
   SequenceMap seqs;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, DecayExtent decay = {}) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}};
-    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    if (decay.rows > 0) tiles.push_back({decay.rows, decay.cols});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -39,7 +39,7 @@ struct MaterializedStatePass : KernelShape, BlockPlan {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
+    const Tile<Acc> Bd = decay_tile<Acc>(m, level, views, C, DK);
     load_state(m, S, views.initial_state, n, h, d0);
     for (int c = 0; c < seq.num_chunks; ++c) {
       const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
@@ -65,9 +65,9 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, DecayExtent decay = {}) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    if (decay.rows > 0) tiles.push_back({decay.rows, decay.cols});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -82,7 +82,7 @@ struct MaterializedOutputPass : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
+    const Tile<Acc> Bd = decay_tile<Acc>(m, level, views, C, DK);
     const int t0 = seq.t0 + c * C, L = chunk_length(c, seq.length, C);
     load_snapshot(m, S, snapshots, seq.h_b, seq.h_c0 + c, h, d0);
     load_token_tile(m, Q, views.q, b, t0, L, h, 0, DK);
@@ -103,13 +103,13 @@ ScratchPlan run_materialized_with(const Problem& p, const Views& views, const Sn
   using Acc = typename Views::acc_type;
   // One block width for both kernels, sized by the larger (output) pass.
   const ScratchPlan plan =
-      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w, views.gated()); });
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return OutputPass::scratch_bytes(p, w, decay_extent(p, views)); });
   const KernelShape shape = kernel_shape(p);
   const BlockPlan blocks = block_plan(plan, p.DV);
   const int num_blocks = blocks.num_blocks;
   {
     ScopedRegion region("linattn::materialized::states");
-    const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv, views.gated());
+    const std::size_t bytes = StatePass::scratch_bytes(p, plan.block_dv, decay_extent(p, views));
     const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
     const StatePass kernel{shape, {blocks.block_dv, num_blocks, level}, views, snapshots, seqs, gemm};
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);

@@ -49,6 +49,8 @@ std::string tensor_core_refusal(const PathFacts& f) {
     return std::string("the tensor-core kernel needs the CUDA backend, and the kernels run on ") +
            (f.backend == Backend::host ? "the host" : "another device");
   if (f.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
+  if (f.channel_gated)
+    return "the tensor-core kernel does not take a per-key-channel gate (gk) yet; kokkoskernels and hosttile do";
   if (f.input != DType::f16 && f.input != DType::bf16 && f.input != DType::f32)
     return std::string("the tensor-core kernel takes fp16, bf16 or fp32 inputs, not ") + dtype_name(f.input);
   if (!tensor_core_shape(f))
@@ -73,6 +75,8 @@ std::string tensor_core_refusal(const PathFacts& f) {
 std::string register_refusal(const PathFacts& f) {
   if (f.variant != Variant::fused && f.variant != Variant::materialized)
     return "only the fused and materialized variants have register-blocked kernels";
+  if (f.channel_gated)
+    return "the register-blocked kernels do not take a per-key-channel gate (gk) yet; kokkoskernels and hosttile do";
   return f.register_plan_refusal;
 }
 
@@ -146,6 +150,8 @@ std::string backward_tensor_core_refusal(const BackwardPathFacts& f) {
 }  // namespace
 
 PathChoice choose_backward_path(const BackwardPathFacts& f) {
+  if (f.channel_gated)
+    return refuse("the backward does not take a per-key-channel gate (gk) yet: only the forward computes GLA's decay");
   const std::string tensor_cores = backward_tensor_core_refusal(f);
   switch (f.requested) {
     case GemmPath::tensor_core:

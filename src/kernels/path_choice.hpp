@@ -45,6 +45,9 @@ struct PathFacts {
   // chunk steps take it, the tensor-core kernel on whole sequences (segments
   // 0 or 1); the register-blocked kernels do not yet.
   bool gated = false;
+  // GLA's per-key-channel decay gk (issue 28): so far only the TeamPolicy
+  // kernels' chunk steps (kokkoskernels, hosttile) and the recurrent variant take it.
+  bool channel_gated = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types, this shape and the gate (its decay rows);
   // otherwise its reason.
@@ -77,6 +80,7 @@ struct BackwardPathFacts {
   DType input = DType::f32;
   std::int64_t chunk = 64, DK = 64, DV = 64;
   bool gated = false;  // a decay gate (levels 2 and 3): every backward path takes it
+  bool channel_gated = false;  // GLA's gk: no backward takes it yet
 };
 
 // The backward's path, or why the request cannot run. automatic takes the

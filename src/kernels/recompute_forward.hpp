@@ -25,9 +25,9 @@ struct RecomputeForward : KernelShape, BlockPlan {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, DecayExtent decay = {}) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, p.DK}, {p.chunk, bdv}, {p.chunk, p.chunk}, {p.DK, bdv}, {p.chunk, bdv}};
-    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    if (decay.rows > 0) tiles.push_back({decay.rows, decay.cols});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -42,7 +42,7 @@ struct RecomputeForward : KernelShape, BlockPlan {
     const int d0 = bv * block_dv, W = DV - d0 < block_dv ? DV - d0 : block_dv;
     Tile<Acc> Q(m.team_scratch(level), C, DK), K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W);
     Tile<Acc> A(m.team_scratch(level), C, C), S(m.team_scratch(level), DK, W), O(m.team_scratch(level), C, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
+    const Tile<Acc> Bd = decay_tile<Acc>(m, level, views, C, DK);
 
     // (1) S = S0 + sum_{c' < c} K_c'^T V_c' (every earlier chunk of the sequence is full; gated: each decayed).
     load_state(m, S, views.initial_state, n, h, d0);
@@ -79,7 +79,7 @@ ScratchPlan run_recompute(const Problem& p, const Views& views, const SequenceMa
   ScopedRegion region("linattn::recompute");
   using Kernel = RecomputeForward<Views>;
   const ScratchPlan plan =
-      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, views.gated()); });
+      plan_scratch(p.DV, block_dv, [&](std::int64_t w) { return Kernel::scratch_bytes(p, w, decay_extent(p, views)); });
   const Kernel kernel{kernel_shape(p), block_plan(plan, p.DV), views, seqs, static_cast<typename Kernel::Acc>(p.scale),
                       gemm};
   const int league = static_cast<int>(seqs.total_chunks * kernel.num_blocks * p.H);

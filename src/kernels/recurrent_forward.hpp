@@ -1,5 +1,6 @@
 // The `recurrent` variant (README.md "The math", first two lines): token by token,
-// S += k_t v_t^T (gated: S = exp(g_t) S + k_t v_t^T), then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
+// S += k_t v_t^T (gated: S = exp(g_t) S + k_t v_t^T; per key channel S = diag(exp(gk_t)) S + k_t v_t^T),
+// then o_t = scale S^T q_t. Not a chunked form (4 T DK DV
 // FLOPs per head, no tile products): for decode-style workloads and short
 // sequences. League over (DV block, sequence*head); each thread of the team
 // owns a range of columns of the state strip S[:, dv block] (team scratch)
@@ -57,7 +58,17 @@ struct RecurrentForward : KernelShape, BlockPlan {
           v[j] = to_acc<Acc>(views.v(b, t, h, d0 + j));
           o[j] = Acc(0);
         }
-        if (gated) {  // S = a_t S + k v^T, a_t = exp(g_t)
+        if (views.channel_gated()) {  // S = diag(a_t) S + k v^T, a_t = exp(gk_t) per key channel
+          for (int i = 0; i < DK; ++i) {
+            const Acc a = kernel_exp(views.gk(b, t, h, i));
+            const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));
+            Acc* Si = &S(i, 0);
+            for (int j = j0; j < j1; ++j) {
+              Si[j] = a * Si[j] + ki * v[j];
+              o[j] += qi * Si[j];
+            }
+          }
+        } else if (gated) {  // S = a_t S + k v^T, a_t = exp(g_t)
           const Acc a = kernel_exp(views.g.extent(0) > 0 ? views.g(b, t, h) : views.g_gamma(h));
           for (int i = 0; i < DK; ++i) {
             const Acc ki = to_acc<Acc>(views.k(b, t, h, i)), qi = to_acc<Acc>(views.q(b, t, h, i));

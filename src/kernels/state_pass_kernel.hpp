@@ -25,8 +25,10 @@ struct StatePassViews {
   // The gate (core/gate.hpp), at most one, in Acc: as ForwardViews holds it.
   DeviceView3<const Acc> g;              // [B, T, H] (per token) or empty
   DeviceView1<const Acc> g_gamma;        // [H] (per head) or empty
+  DeviceView4<const Acc> gk;             // [B, T, H, DK] (per key channel) or empty
 
-  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0 || gk.extent(0) > 0; }
+  KOKKOS_INLINE_FUNCTION bool channel_gated() const { return gk.extent(0) > 0; }
 };
 
 template <class In, class Acc>
@@ -36,9 +38,9 @@ struct FusedStatePass : KernelShape, BlockPlan {
   TileGemm gemm;
 
   // Gated runs add the chunk's cumulative log-decays b and their factors (chunk_gate.hpp).
-  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, bool gated = false) {
+  static std::size_t scratch_bytes(const Problem& p, std::int64_t bdv, DecayExtent decay = {}) {
     std::vector<std::pair<std::int64_t, std::int64_t>> tiles{{p.chunk, p.DK}, {p.chunk, bdv}, {p.DK, bdv}};
-    if (gated) tiles.push_back({kDecayRows, p.chunk});
+    if (decay.rows > 0) tiles.push_back({decay.rows, decay.cols});
     return tile_bytes<Acc>(tiles);
   }
 
@@ -47,7 +49,7 @@ struct FusedStatePass : KernelShape, BlockPlan {
     const Sequence& seq = blk.seq;
     const int n = blk.n, h = blk.h, b = seq.b, d0 = blk.d0, W = blk.W;
     Tile<Acc> K(m.team_scratch(level), C, DK), V(m.team_scratch(level), C, W), S(m.team_scratch(level), DK, W);
-    const Tile<Acc> Bd = views.gated() ? Tile<Acc>(m.team_scratch(level), kDecayRows, C) : Tile<Acc>();
+    const Tile<Acc> Bd = decay_tile<Acc>(m, level, views, C, DK);
     load_state(m, S, views.initial_state, n, h, d0);
     m.team_barrier();
     for (int c = 0; c < seq.num_chunks; ++c) {
@@ -69,9 +71,9 @@ void run_fused_state_pass(const Problem& p, const StatePassViews<In, Acc>& views
                           TileGemm gemm) {
   ScopedRegion region("linattn::fused_state_pass");
   const ScratchPlan forward_plan = plan_scratch(
-      p.DV, block_dv, [&](std::int64_t w) { return FusedForward<ForwardViewsType>::scratch_bytes(p, w, views.gated()); });
+      p.DV, block_dv, [&](std::int64_t w) { return FusedForward<ForwardViewsType>::scratch_bytes(p, w, decay_extent(p, views)); });
   using Kernel = FusedStatePass<In, Acc>;
-  const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv, views.gated());
+  const std::size_t bytes = Kernel::scratch_bytes(p, forward_plan.block_dv, decay_extent(p, views));
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   const BlockPlan blocks = block_plan(forward_plan, p.DV);
   const Kernel kernel{kernel_shape(p), {blocks.block_dv, blocks.num_blocks, level}, views, make_sequence_map(p), gemm};

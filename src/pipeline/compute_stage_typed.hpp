@@ -79,7 +79,10 @@ class TypedComputeStage final : public ComputeStage {
     const std::int64_t azs = s.normalize ? arena_.template take<Acc>(N * zrow) : -1;
     const bool raw_o = s.normalize && !std::is_same<Out, Acc>::value && normalize_writes_raw_o(choose_path_here<In>(p, config_));
     const std::int64_t araw = raw_o ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
-    const std::int64_t gate_count = s.gate == GateKind::per_token ? R * Tw * H : s.gate == GateKind::per_head ? H : 0;
+    const std::int64_t gate_count = s.gate == GateKind::per_token     ? R * Tw * H
+                                   : s.gate == GateKind::per_channel ? R * Tw * H * DK
+                                   : s.gate == GateKind::per_head    ? H
+                                                                     : 0;
     const std::int64_t ag = zero_copy || gate_count == 0 ? -1 : arena_.template take<Acc>(gate_count);
     arena_.grow();
     In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.template at<In>(aq);
@@ -149,6 +152,7 @@ class TypedComputeStage final : public ComputeStage {
     views.o = DeviceView4<Out>(o, R, Tw, H, DV);
     if (s.gate == GateKind::per_token) views.g = DeviceView3<const Acc>(g, R, Tw, H);
     if (s.gate == GateKind::per_head) views.g_gamma = DeviceView1<const Acc>(g, H);
+    if (s.gate == GateKind::per_channel) views.gk = DeviceView4<const Acc>(g, R, Tw, H, DK);
     ForwardConfig config = config_;
     config.gate = s.gate;  // the case's own (one stage serves every case of its input type)
     VariantRun ran;

@@ -163,6 +163,9 @@ class Worker {
       parts.push_back({&c.gate, "g", r.gate_offset, {0, hsize_t(r.t0), 0}, {B, T, H}, acc_type.get(), acc, true, true});
     else if (c.schema.gate == GateKind::per_head)
       parts.push_back({&c.gate, "g_gamma", r.gate_offset, {0}, {H}, acc_type.get(), acc, false, true});
+    else if (c.schema.gate == GateKind::per_channel)
+      parts.push_back(
+          {&c.gate, "gk", r.gate_offset, {0, hsize_t(r.t0), 0, 0}, {B, T, H, DK}, acc_type.get(), acc, true, true});
     for (const Part& p : parts) {
       std::int64_t bytes = static_cast<std::int64_t>(dtype_size(p.dtype));
       for (hsize_t d : p.count) bytes *= static_cast<std::int64_t>(d);

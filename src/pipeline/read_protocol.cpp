@@ -161,7 +161,7 @@ CaseSchema decode_case_schema(const std::string& payload) {
   s.has_initial_z = m.i64() != 0;
   s.cu_seqlens = m.i64s();
   const std::int64_t gate = m.i64();
-  if (gate < 0 || gate > static_cast<std::int64_t>(GateKind::per_token))
+  if (gate < 0 || gate > static_cast<std::int64_t>(GateKind::per_channel))
     throw std::runtime_error("malformed message from the reader process");
   s.gate = static_cast<GateKind>(gate);
   const std::int64_t external = m.i64();

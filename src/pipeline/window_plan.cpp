@@ -23,7 +23,9 @@ UnitBytes unit_bytes(const Problem& p, const CaseStorage& s) {
   const std::int64_t acc = static_cast<std::int64_t>(dtype_size(s.accumulation));
   const std::int64_t state = p.H * p.DK * p.DV * acc, z = p.H * p.DK * acc;
   UnitBytes u{};
-  u.in_token = p.H * (2 * p.DK + p.DV) * in + (s.gate == GateKind::per_token ? p.H * acc : 0);
+  u.in_token = p.H * (2 * p.DK + p.DV) * in + (s.gate == GateKind::per_token     ? p.H * acc
+                                                : s.gate == GateKind::per_channel ? p.H * p.DK * acc
+                                                                                  : 0);
   u.in_window = s.gate == GateKind::per_head ? (p.H * acc + 255) / 256 * 256 : 0;
   u.out_token = p.H * p.DV * out;
   u.h_chunk = s.snapshots ? p.H * p.DK * p.DV * static_cast<std::int64_t>(dtype_size(s.snapshot)) : 0;
@@ -210,7 +212,10 @@ WindowLayout window_layout(const Problem& p, const CaseStorage& s, const Window&
   l.v = place(tokens * p.DV * in);
   l.initial_state = place(s.has_initial_state ? l.fresh_rows * p.H * p.DK * p.DV * acc : 0);
   l.initial_z = place(s.has_initial_z ? l.fresh_rows * p.H * p.DK * acc : 0);
-  l.gate = place(s.gate == GateKind::per_token ? tokens * acc : s.gate == GateKind::per_head ? p.H * acc : 0);
+  l.gate = place(s.gate == GateKind::per_token     ? tokens * acc
+                 : s.gate == GateKind::per_channel ? tokens * p.DK * acc
+                 : s.gate == GateKind::per_head    ? p.H * acc
+                                                   : 0);
   l.input_bytes = at;
   at = 0;
   l.o = place(tokens * p.DV * out);

@@ -36,6 +36,7 @@ struct Gate {
       case GateKind::none: return 0.0;
       case GateKind::per_head: return log_decay[static_cast<std::size_t>(h)];
       case GateKind::per_token: return log_decay[static_cast<std::size_t>((b * p.T + t) * p.H + h)];
+      case GateKind::per_channel: break;  // one per channel: reference/channel_gated.hpp's forms
     }
     return 0.0;
   }
