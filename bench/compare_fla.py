@@ -19,7 +19,9 @@ With --gate g|gamma the forward rows are gated (README.md, "Gated levels"): fla'
 forward on the same kind of gate (g: its chunk_local_cumsum of g, then chunk_fwd_h + chunk_fwd_o
 with it; gamma: chunk_fwd_h + chunk_fwd_o with g_gamma), g uniform in [-1, 0) for both (gamma:
 RetNet's log(1 - 2^(-5-h)) for both), beside `linattn bench --gate`; the second fla column is then
-chunk_simple_gla itself, and o's reference the gated fp64 form.
+chunk_simple_gla itself, and o's reference the gated fp64 form. With --gate gk (GLA's per-key-channel
+decay, forward only) both fla columns are chunk_gla's forward (gk uniform in [-1, 0) for both), o's
+reference an fp64 token recurrence with the per-channel decays.
 
 With --backward --gate g|gamma the backward rows are gated: fla's chunk_simple_gla_bwd with the
 forward's chunk-local cumulative sums of g in log2 units (what its autograd function saves), then
@@ -85,6 +87,41 @@ def rel_l2(x, ref):
     if not torch.isfinite(x).all():
         return float("nan")
     return (torch.linalg.norm(x - ref) / torch.linalg.norm(ref)).item()
+
+
+def time_fla_gla(shape, reps_ms, slice_tokens, dtype, cu=None):
+    """fla's chunk_gla forward (GLA: gk [B, T, H, DK] uniform in [-1, 0), as `linattn bench --gate gk`
+    draws it), under no_grad; o of the (0, 0) row against an fp64 token recurrence
+    S_t = diag(exp(gk_t)) S_{t-1} + k_t v_t^T on its first tokens (within the first sequence when packed)."""
+    import torch
+    import triton
+    from fla.ops.gla import chunk_gla
+
+    B, T, H, DK, DV = shape
+    gen = torch.Generator(device="cuda").manual_seed(1234)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
+    v = torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype)
+    gk = -torch.rand(B, T, H, DK, device="cuda", generator=gen, dtype=torch.float32)
+    cu_seqlens = None if cu is None else torch.tensor(cu, dtype=torch.long, device="cuda")
+
+    def run():
+        with torch.no_grad():
+            return chunk_gla(q, k, v, g=gk, scale=1.0, output_final_state=True, cu_seqlens=cu_seqlens)
+
+    o, _ = run()
+    torch.cuda.synchronize()
+    tokens = min(T, slice_tokens, cu[1] if cu else T)
+    S = torch.zeros(DK, DV, dtype=torch.float64, device="cuda")
+    ref = torch.empty(tokens, DV, dtype=torch.float64, device="cuda")
+    q0, k0, v0, g0 = (x[0, :tokens, 0].double() for x in (q, k, v, gk))
+    for t in range(tokens):
+        S = torch.exp(g0[t])[:, None] * S + torch.outer(k0[t], v0[t])
+        ref[t] = S.T @ q0[t]
+    err = rel_l2(o[0, :tokens, 0], ref)
+    ms = triton.testing.do_bench(run, warmup=25, rep=reps_ms, return_mode="median")
+    return {"fla_ms": ms, "fla_o_rel_l2": err, "fla_linear_attn_ms": ms, "fla_linear_attn_o_rel_l2": err,
+            "h_dtype": "chunk_gla's own"}
 
 
 def time_fla(shape, reps_ms, slice_tokens, dtype, cu=None, normalize=False, gate=None):
@@ -291,8 +328,9 @@ def main():
     ap.add_argument("--seed", type=int, default=7, help="seed of the cut points")
     ap.add_argument("--normalize", action="store_true", help="normalized rows (fla: chunk_linear_attn(normalize=True))")
     ap.add_argument("--backward", action="store_true", help="the backward (fla: chunk_simple_gla_bwd with no gate)")
-    ap.add_argument("--gate", choices=["g", "gamma"],
-                    help="gated rows (fla: chunk_simple_gla's forward, or with --backward chunk_simple_gla_bwd)")
+    ap.add_argument("--gate", choices=["g", "gamma", "gk"],
+                    help="gated rows (fla: chunk_simple_gla's forward, or with --backward chunk_simple_gla_bwd; "
+                         "gk: chunk_gla's forward, both fla columns, forward only)")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))
@@ -312,7 +350,8 @@ def main():
             if shape[0] != 1:
                 sys.exit("--seqlens packs sequences into one row: B must be 1")
             cu = random_cuts(shape[1], args.seqlens, args.seed)
-        fla_row = time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu, args.normalize, args.gate)
+        fla_row = (time_fla_gla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu) if args.gate == "gk" else
+                   time_fla(shape, args.fla_rep_ms, args.accuracy_tokens, args.dtype, cu, args.normalize, args.gate))
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
@@ -336,7 +375,8 @@ def main():
     print()
     mode = (f"packed ({args.seqlens} sequences, uniform random cuts, seed {args.seed}); " if args.seqlens else "") + \
         ("normalized (fla time: chunk_linear_attn(normalize=True)); " if args.normalize else "") + \
-        (f"gated by {args.gate} (fla: chunk_simple_gla's forward; second column chunk_simple_gla); " if args.gate else "")
+        ("gated by gk (fla: chunk_gla's forward in both columns); " if args.gate == "gk" else
+         f"gated by {args.gate} (fla: chunk_simple_gla's forward; second column chunk_simple_gla); " if args.gate else "")
     print(f"{mode}inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  triton {triton.__version__}  "
           f"CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
