@@ -1,6 +1,7 @@
 // The decays the gated tests run (test_gated_references.cpp,
-// test_gated_kernels.cpp): seeded values that are never zero, RetNet's
-// per-head gammas, and per-token decays strong, weak and moderate.
+// test_gated_kernels.cpp, the channel-gated tests): seeded values that are
+// never zero, RetNet's per-head gammas, per-token decays strong, weak and
+// moderate, and per-channel ones (GLA's gk) strong, weak, moderate and mixed.
 #pragma once
 
 #include "core/gate.hpp"
@@ -59,6 +60,29 @@ inline std::vector<GateCase> gate_cases(const Problem& p, std::uint64_t seed) {
           {"strong g in [-5, -1]", GateKind::per_token, per_token_log_decays(p, -5.0, -1.0, seed)},
           {"weak g near -1e-4", GateKind::per_token, per_token_log_decays(p, -1.5e-4, -0.5e-4, seed + 1)},
           {"moderate g in [-0.5, -0.01]", GateKind::per_token, per_token_log_decays(p, -0.5, -0.01, seed + 2)}};
+}
+
+// GLA's per-key-channel decays gk [B, T, H, DK].
+inline std::size_t channel_gate_size(const Problem& p) { return static_cast<std::size_t>(p.B * p.T * p.H * p.DK); }
+
+struct ChannelCase {
+  std::string name;
+  std::vector<double> gk;  // [B, T, H, DK]
+};
+
+// Mixed: the even channels keep their state (gk = 0), the odd ones decay strongly.
+inline std::vector<double> mixed_channel_decays(const Problem& p, std::uint64_t seed) {
+  std::vector<double> g = uniform_values(channel_gate_size(p), -3.0, -0.01, seed);
+  for (std::size_t e = 0; e < g.size(); e += 2) g[e] = 0.0;
+  return g;
+}
+
+inline std::vector<ChannelCase> channel_cases(const Problem& p, std::uint64_t seed) {
+  const std::size_t n = channel_gate_size(p);
+  return {{"weak gk near -1e-4", uniform_values(n, -1.5e-4, -0.5e-4, seed)},
+          {"strong gk in [-5, -1]", uniform_values(n, -5.0, -1.0, seed + 1)},
+          {"moderate gk in [-0.3, -0.001]", uniform_values(n, -0.3, -0.001, seed + 2)},
+          {"mixed per channel", mixed_channel_decays(p, seed + 3)}};
 }
 
 }  // namespace linattn::testing

@@ -8,12 +8,12 @@
 // core/accuracy_levels.hpp. Decays as strong as fp32's range allows stay
 // finite and exact; each channel's own decay matters (its mean is far off);
 // the state pass equals the forward's state; the paths that do not take gk
-// yet, the backward and bad gates are refused with the reason.
+// yet and bad gates are refused with the reason (the backward:
+// test_channel_gated_backward.cpp).
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
-#include "kernels/backward.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
 #include "kernels/state_pass.hpp"
@@ -35,26 +35,11 @@ using testing::packed;
 using testing::problem;
 using testing::uniform_values;
 
-std::size_t gate_size(const Problem& p) { return static_cast<std::size_t>(p.B * p.T * p.H * p.DK); }
+using testing::channel_cases;
+using testing::ChannelCase;
+using testing::mixed_channel_decays;
 
-struct ChannelCase {
-  std::string name;
-  std::vector<double> gk;  // [B, T, H, DK]
-};
-
-// Mixed: the even channels keep their state (gk = 0), the odd ones decay strongly.
-std::vector<double> mixed(const Problem& p, std::uint64_t seed) {
-  std::vector<double> g = uniform_values(gate_size(p), -3.0, -0.01, seed);
-  for (std::size_t e = 0; e < g.size(); e += 2) g[e] = 0.0;
-  return g;
-}
-
-std::vector<ChannelCase> channel_cases(const Problem& p, std::uint64_t seed) {
-  return {{"weak gk near -1e-4", uniform_values(gate_size(p), -1.5e-4, -0.5e-4, seed)},
-          {"strong gk in [-5, -1]", uniform_values(gate_size(p), -5.0, -1.0, seed + 1)},
-          {"moderate gk in [-0.3, -0.001]", uniform_values(gate_size(p), -0.3, -0.001, seed + 2)},
-          {"mixed per channel", mixed(p, seed + 3)}};
-}
+std::size_t gate_size(const Problem& p) { return testing::channel_gate_size(p); }
 
 // The HDF5 contract's fp32.
 Tensor gate_tensor(const Problem& p, const std::vector<double>& gk) {
@@ -142,7 +127,7 @@ TEST(ChannelGatedKernels, DecaysAtTheRangeOfFp32StayFiniteAndExact) {
 // per-channel reference, and so is ignoring the gate.
 TEST(ChannelGatedKernels, EachChannelsOwnDecayMatters) {
   const Problem p = problem(1, 200, 2, 16, 16, 64);
-  const std::vector<double> gk = mixed(p, 28200);
+  const std::vector<double> gk = mixed_channel_decays(p, 28200);
   const ProblemInputs in = random_inputs(p, DType::f64, 28201, false);
   const Tensor gate = gate_tensor(p, gk);
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double();
@@ -233,10 +218,6 @@ TEST(ChannelGatedKernels, BadGatesAndPathsWithoutGkAreRefused) {
   EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("per-key-channel gate (gk)"), std::string::npos);
   cfg.gemm = GemmPath::tensor_core;
   EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("not available"), std::string::npos);
-  BackwardConfig back;
-  back.gate = GateKind::per_channel;
-  EXPECT_FALSE(choose_backward_path_here(back, &p, DType::f32).ok());
-  EXPECT_NE(choose_backward_path_here(back, &p, DType::f32).refusal.find("gk"), std::string::npos);
 }
 
 }  // namespace

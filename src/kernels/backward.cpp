@@ -28,6 +28,7 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const Views& views, const
   fw.v = views.v;
   fw.g = views.g;
   fw.g_gamma = views.g_gamma;
+  fw.gk = views.gk;
   fw.initial_state = s0;
   fw.o = DeviceView4<Acc>(Kokkos::view_alloc(std::string("linattn::backward::o"), Kokkos::WithoutInitializing), p.B,
                           p.T, p.H, p.DV);
@@ -39,7 +40,9 @@ DeviceView5<Acc> recompute_snapshots(const Problem& p, const Views& views, const
   fw.h = h;
   ForwardConfig cfg;
   cfg.snapshots = SnapshotMode::accumulation;
-  cfg.gate = views.gated() ? (views.g.extent(0) > 0 ? GateKind::per_token : GateKind::per_head) : GateKind::none;
+  cfg.gate = views.channel_gated() ? GateKind::per_channel
+             : views.gated()       ? (views.g.extent(0) > 0 ? GateKind::per_token : GateKind::per_head)
+                                   : GateKind::none;
   // Never split sequences (the tensor-core kernel would choose segments per call, summing the
   // state in another order): a window of the streamed backward then recomputes the whole case's
   // bits, as `run`'s windows do (pipeline/compute_stage.hpp).
@@ -65,8 +68,13 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
   if (dht) views.dht = upload4<Acc>("linattn::dht", converted(*dht, acc_dtype));
   if (config.gate != GateKind::none) {
     upload_gate<Acc>(views, config.gate, *gate, acc_dtype);
-    out.dg = Tensor::uninitialized(acc_dtype, {p.B, p.T, p.H});
-    views.dg = output_view<DeviceView3<Acc>>("linattn::dg", out.dg);
+    if (channel_gate(config.gate)) {
+      out.dg = Tensor::uninitialized(acc_dtype, p.qk_shape());
+      views.dgk = output_view<DeviceView4<Acc>>("linattn::dgk", out.dg);
+    } else {
+      out.dg = Tensor::uninitialized(acc_dtype, {p.B, p.T, p.H});
+      views.dg = output_view<DeviceView3<Acc>>("linattn::dg", out.dg);
+    }
   }
   out.dq = Tensor::uninitialized(out_dtype, p.qk_shape());
   out.dk = Tensor::uninitialized(out_dtype, p.qk_shape());
@@ -85,6 +93,7 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
     Kokkos::deep_copy(views.dv, quiet_nan<Out>());
     Kokkos::deep_copy(views.dh0, quiet_nan<Acc>());
     if (views.dg.extent(0) > 0) Kokkos::deep_copy(views.dg, quiet_nan<Acc>());
+    if (views.dgk.extent(0) > 0) Kokkos::deep_copy(views.dgk, quiet_nan<Acc>());
   }
   Kokkos::fence();
   out.upload_seconds = timer.seconds();
@@ -106,6 +115,7 @@ BackwardOutput run_backward_typed(const Problem& p, const BackwardConfig& config
     output_to(out.dg, views.dg);
     if (config.gate == GateKind::per_head) out.dg_gamma = sum_per_head(p, out.dg, acc_dtype);
   }
+  if (views.dgk.extent(0) > 0) output_to(out.dg, views.dgk);
   out.download_seconds = timer.seconds();
   return out;
 }

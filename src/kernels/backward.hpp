@@ -24,7 +24,8 @@ struct BackwardConfig {
 struct BackwardOutput {
   Tensor dq, dk, dv;  // [B, T, H, DK|DV] in the input type (or fp32)
   Tensor dh0;         // [N, H, DK, DV] in the accumulation type
-  Tensor dg;          // gated: [B, T, H], dL/dg_t in the accumulation type; empty for level 1
+  Tensor dg;          // gated: dL/dg_t [B, T, H] (g, g_gamma) or dL/dgk_t [B, T, H, DK] (gk) in the accumulation
+                      // type; empty for level 1
   Tensor dg_gamma;    // per-head gate: [H], the sum of dg over each head's tokens (in fp64, then rounded)
   double upload_seconds = 0, kernel_seconds = 0, download_seconds = 0;
   GemmPath gemm = GemmPath::kokkos_kernels;  // the path that ran
@@ -42,8 +43,8 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 // may be null with recompute_h, which reads initial_state instead: h[0] is the
 // initial state otherwise); d_o [B, T, H, DV] in the input type; dht
 // [N, H, DK, DV] or null (zero); initial_state [N, H, DK, DV] or null;
-// gate, with config.gate, the forward's g_gamma [H] or g [B, T, H] (any float
-// dtype, every value a finite log-decay <= 0), else null. dg needs nothing
+// gate, with config.gate, the forward's g_gamma [H], g [B, T, H] or gk
+// [B, T, H, DK] (any float dtype, every value a finite log-decay <= 0), else null. dg needs nothing
 // more for a window of a longer case (its sums stay within each chunk:
 // README.md "Gated levels"): dht, the gradient of the state after the window,
 // carries what comes after it.

@@ -209,16 +209,21 @@ KOKKOS_INLINE_FUNCTION void decay_channel_scores(const Member& m, const ChunkDec
   }
 }
 
-// Per channel, the state update's factors: K_jd *= exp(b_Ld - b_jd) for the
-// chunk's rows, and the state's row d by exp(b_Ld).
+// Per channel: X_jd *= exp(b_Ld - b_jd) for the chunk's rows j < L (the
+// state update's keys; the backward's dS terms of dK).
 template <class Acc>
-KOKKOS_INLINE_FUNCTION void decay_channel_state(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
-                                                const Tile<Acc>& S) {
-  const int DK = static_cast<int>(K.extent(1)), W = static_cast<int>(S.extent(1)), last = d.L - 1;
+KOKKOS_INLINE_FUNCTION void decay_key_channels(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& X) {
+  const int DK = static_cast<int>(X.extent(1)), last = d.L - 1;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L * DK), [&](const int e) {
     const int j = e / DK, c = e % DK;
-    K(j, c) *= kernel_exp(d.b(last, c) - d.b(j, c));
+    X(j, c) *= kernel_exp(d.b(last, c) - d.b(j, c));
   });
+}
+
+// Per channel: the state's row d (a key channel) by exp(b_Ld).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void decay_state_channels(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& S) {
+  const int DK = static_cast<int>(S.extent(0)), W = static_cast<int>(S.extent(1)), last = d.L - 1;
   if constexpr (host_execution) {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int c) {
       const Acc f = kernel_exp(d.b(last, c));
@@ -230,6 +235,15 @@ KOKKOS_INLINE_FUNCTION void decay_channel_state(const Member& m, const ChunkDeca
       S(c, j) *= kernel_exp(d.b(last, c));
     });
   }
+}
+
+// Per channel, the state update's factors: K_jd *= exp(b_Ld - b_jd) for the
+// chunk's rows, and the state's row d by exp(b_Ld) (independent: no barrier).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION void decay_channel_state(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
+                                                const Tile<Acc>& S) {
+  decay_key_channels(m, d, K);
+  decay_state_channels(m, d, S);
 }
 
 }  // namespace linattn

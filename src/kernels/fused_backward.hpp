@@ -16,7 +16,10 @@
 // and the chunk, dS_{c+1} its gradient: it equals the reverse sum over the
 // whole sequence from <S_T, dht> (src/reference/gated.hpp), whose terms
 // cancel over long sequences, and needs nothing from later chunks (nor from
-// later windows). dq and dk sum over all of DV,
+// later windows). With one decay per key channel (GLA's gk) the chunk takes
+// channel_gate_backward.hpp's steps (chunk_channel_gated below): the score
+// products weighed channel by channel, dgk [B, T, H, DK] by the same identity
+// per channel. dq and dk sum over all of DV,
 // so a team holds every DV column (no DV blocks): the tiles live on scratch
 // level 1 when they outgrow level 0. Packed batches walk each sequence on its
 // own, like the forward (SequenceMap).
@@ -24,6 +27,7 @@
 
 #include "core/chunk_length.hpp"
 #include "core/problem.hpp"
+#include "kernels/channel_gate_backward.hpp"
 #include "kernels/chunk_gate.hpp"
 #include "kernels/kernel_shape.hpp"
 #include "kernels/scratch_plan.hpp"
@@ -43,15 +47,14 @@ struct BackwardViews {
   DeviceView4<const Acc> dht;           // [N, H, DK, DV] or empty (zero)
   DeviceView4<Out> dq, dk, dv;          // [B, T, H, DK|DV]
   DeviceView4<Acc> dh0;                 // [N, H, DK, DV]
-  // Levels 2 and 3: the forward's log-decays (one of the two, or neither) and dg [B, T, H] out.
+  // Levels 2 and 3: the forward's log-decays (one of the three, or none) and dg [B, T, H] or dgk out.
   DeviceView3<const Acc> g;             // [B, T, H] or empty
   DeviceView1<const Acc> g_gamma;       // [H] or empty
-  DeviceView3<Acc> dg;                  // [B, T, H]: dL/dg_t (per head: summed by the caller); empty ungated
-  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0; }
-  // GLA's gk has no backward yet (choose_backward_path refuses it): the shared
-  // chunk_decay (chunk_gate.hpp) finds no per-channel gate here.
-  DeviceView4<const Acc> gk;
-  KOKKOS_INLINE_FUNCTION bool channel_gated() const { return false; }
+  DeviceView4<const Acc> gk;            // [B, T, H, DK] or empty
+  DeviceView3<Acc> dg;                  // [B, T, H]: dL/dg_t (per head: summed by the caller); empty unless g or g_gamma
+  DeviceView4<Acc> dgk;                 // [B, T, H, DK]: dL/dgk_t; empty unless gk
+  KOKKOS_INLINE_FUNCTION bool gated() const { return g.extent(0) > 0 || g_gamma.extent(0) > 0 || gk.extent(0) > 0; }
+  KOKKOS_INLINE_FUNCTION bool channel_gated() const { return gk.extent(0) > 0; }
 };
 
 template <class Views, class Acc>
@@ -62,7 +65,8 @@ struct FusedBackward : KernelShape {
   Acc scale;
   TileGemm gemm;
 
-  static std::size_t scratch_bytes(const Problem& p, bool gated) {
+  // gated: g or g_gamma (their per-token terms); decay: chunk_gate.hpp's tile for the views' gate.
+  static std::size_t scratch_bytes(const Problem& p, bool scalar_gated, DecayExtent decay) {
     return tile_bytes<Acc>({{p.chunk, p.DK},  // Q
                             {p.chunk, p.DK},  // K
                             {p.chunk, p.DV},  // V
@@ -73,8 +77,8 @@ struct FusedBackward : KernelShape {
                             {p.chunk, p.DK},  // dQ
                             {p.chunk, p.DK},  // dK
                             {p.chunk, p.DV},  // dV
-                            {gated ? kDecayRows : 0, p.chunk},  // the chunk's decays
-                            {gated ? 1 : 0, p.chunk}});  // q . dq - k . dk per token
+                            {decay.rows, decay.cols},  // the chunk's decays
+                            {scalar_gated ? 1 : 0, p.chunk}});  // q . dq - k . dk per token
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& m) const {
@@ -84,8 +88,8 @@ struct FusedBackward : KernelShape {
     auto tile = [&](int rows, int cols) { return Tile<Acc>(m.team_scratch(level), rows, cols); };
     const Tile<Acc> Q = tile(C, DK), K = tile(C, DK), V = tile(C, DV), dO = tile(C, DV), A = tile(C, C);
     const Tile<Acc> dS = tile(DK, DV), Hc = tile(DK, DV), dQ = tile(C, DK), dK = tile(C, DK), dV = tile(C, DV);
-    const bool gated = views.gated();
-    const Tile<Acc> decays = gated ? tile(kDecayRows, C) : Tile<Acc>(), r = gated ? tile(1, C) : Tile<Acc>();
+    const bool gated = views.gated() && !views.channel_gated();  // g or g_gamma
+    const Tile<Acc> decays = decay_tile<Acc>(m, level, views, C, DK), r = gated ? tile(1, C) : Tile<Acc>();
 
     load_state(m, dS, views.dht, n, h, 0);
     m.team_barrier();
@@ -98,6 +102,10 @@ struct FusedBackward : KernelShape {
       load_snapshot(m, Hc, views.h, seq.h_b, seq.h_c0 + c, h, 0);  // h[c]: the state before chunk c
       const ChunkDecay<Acc> d = chunk_decay(m, decays, views, b, t0, L, h);
       m.team_barrier();
+      if (d.channels) {
+        chunk_channel_gated(m, d, Q, K, V, dO, A, dS, Hc, dQ, dK, dV, b, t0, h);
+        continue;
+      }
       const Acc state_dot = gated ? state_after_dot(m, d, K, V, Hc, dS, L) : Acc(0);  // <S_{c+1}, dS_{c+1}>
       team_gemm<NoTrans, Trans>(m, gemm, scale, dO, V, Acc(0), A, Triangle::lower_c);  // A = scale dO V^T, lower part
       if (d.on) decay_scores(m, d, A);  // the causal mask with exp(b_i - b_j) (team_gemm ends with a barrier)
@@ -141,6 +149,41 @@ struct FusedBackward : KernelShape {
   }
 
  private:
+  // One chunk with a decay per key channel (channel_gate_backward.hpp), the
+  // tiles loaded and d published: dq, dk, dv and dgk stored, dS turned into the
+  // gradient of the state before the chunk.
+  KOKKOS_INLINE_FUNCTION void chunk_channel_gated(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& Q,
+                                                  const Tile<Acc>& K, const Tile<Acc>& V, const Tile<Acc>& dO,
+                                                  const Tile<Acc>& A, const Tile<Acc>& dS, const Tile<Acc>& Hc,
+                                                  const Tile<Acc>& dQ, const Tile<Acc>& dK, const Tile<Acc>& dV, int b,
+                                                  int t0, int h) const {
+    team_gemm<NoTrans, Trans>(m, gemm, scale, dO, V, Acc(0), A, Triangle::lower_c);  // P = scale dO V^T, lower part
+    team_gemm<NoTrans, Trans>(m, gemm, scale, dO, Hc, Acc(0), dQ);                  // dQ = scale dO h[c]^T
+    decay_query_channels(m, d, dQ);                                                  // dQ_id *= exp(b_id)
+    m.team_barrier();
+    add_channel_decayed_keys(m, d, A, K, dQ);                                       // dQ += P K, channel-decayed
+    team_gemm<NoTrans, Trans>(m, gemm, Acc(1), V, dS, Acc(0), dK);                  // dK = V dS^T
+    decay_key_channels(m, d, dK);                                                    // dK_jd *= exp(b_Ld - b_jd)
+    m.team_barrier();
+    add_channel_decayed_queries(m, d, A, Q, dK);                                    // dK += P^T Q, channel-decayed
+    m.team_barrier();
+    store_channel_gate_gradient(m, d, Q, dQ, K, dK, V, Hc, dS, views.dgk, b, t0, h);  // from the undecayed tiles
+    decay_channel_scores(m, d, scale, Q, K, A);  // A = scale sum_d Q K exp(b_i - b_j), masked
+    m.team_barrier();
+    team_gemm<Trans, NoTrans>(m, gemm, Acc(1), A, dO, Acc(0), dV);  // dV = A^T dO
+    decay_key_channels(m, d, K);                                    // K_jd *= exp(b_Ld - b_jd) for dV's dS term
+    m.team_barrier();
+    team_gemm<NoTrans, NoTrans>(m, gemm, Acc(1), K, dS, Acc(1), dV);  // dV += K dS
+    store_token_tile(m, views.dq, dQ, b, t0, d.L, h, 0, DK);
+    store_token_tile(m, views.dk, dK, b, t0, d.L, h, 0, DK);
+    store_token_tile(m, views.dv, dV, b, t0, d.L, h, 0, DV);
+    // dS = diag(exp(b_L)) dS + scale (Q * exp(b))^T dO, after the chunk
+    decay_query_channels(m, d, Q);
+    decay_state_channels(m, d, dS);
+    m.team_barrier();
+    team_gemm<Trans, NoTrans>(m, gemm, scale, Q, dO, Acc(1), dS);
+  }
+
   // <S_{c+1}, dS_{c+1}> with S_{c+1} = exp(b_L) h[c] + sum_j exp(b_L - b_j) k_j v_j^T,
   // before any tile of the chunk is changed (dS holds the gradient of the state after it).
   KOKKOS_INLINE_FUNCTION Acc state_after_dot(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& K,
@@ -189,7 +232,7 @@ template <class Views, class Acc>
 void run_fused_backward(const Problem& p, const Views& views, const SequenceMap& seqs, int team_size, TileGemm gemm) {
   ScopedRegion region("linattn::fused_backward");
   using Kernel = FusedBackward<Views, Acc>;
-  const std::size_t bytes = Kernel::scratch_bytes(p, views.gated());
+  const std::size_t bytes = Kernel::scratch_bytes(p, views.gated() && !views.channel_gated(), decay_extent(p, views));
   const int level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
   if (level == 1 && bytes > static_cast<std::size_t>(TeamPolicy::scratch_size_max(1)))
     throw std::invalid_argument("backward: the tiles of DK " + std::to_string(p.DK) + ", DV " + std::to_string(p.DV) +
