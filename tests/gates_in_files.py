@@ -10,9 +10,10 @@ dataset; the gated outputs must match a numpy fp64 recurrence
 S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T, o_t = scale S_t^T q_t (g_t one value,
 or one per key channel for gk; and be far from the level-1 one, so the check
 can fail), carry the attribute gate, and pass `linattn verify`. `linattn
-backward` of the g and g_gamma forwards must write dg [1, T, H] or dg_gamma [H],
-and verify must check them; of the gk forward it must fail naming gk (no
-backward takes it yet). A gate removed from the input after its forward ran
+backward` of the g, g_gamma and gk forwards must write dg [1, T, H], dg_gamma
+[H] or dgk [1, T, H, DK], and verify must check them; dgk must also match a
+numpy fp64 backward by the definition (dgk_t = exp(gk_t) * sum over DV of
+S_{t-1} * dL/dS_t). A gate removed from the input after its forward ran
 makes `verify` refuse (exit 2), as does a gate added to the plain case.
 
 Usage: gates_in_files.py LINATTN_EXE WORKDIR. Exit 77 (skipped) when h5py or
@@ -76,6 +77,27 @@ def reference_o(f, group, use_gate=True):
     return o
 
 
+def reference_dgk(f, group, do):
+    """dgk by the definition, token by token, in fp64 (no initial state, no dht):
+    G_t = dL/dS_t = scale q_t do_t^T + diag(a_{t+1}) G_{t+1}, dgk_t = a_t * sum_v S_{t-1} * G_t."""
+    q, k, v, gk = (f[f"{group}/{n}"][0].astype(np.float64) for n in ("q", "k", "v", "gk"))
+    starts = np.cumsum([0] + SEQLENS)
+    dgk = np.zeros((T, H, DK))
+    for a, b in zip(starts[:-1], starts[1:]):
+        for h in range(H):
+            before = []  # S_{t-1} for each token t
+            S = np.zeros((DK, DV))
+            for t in range(a, b):
+                before.append(S)
+                S = np.exp(gk[t, h])[:, None] * S + np.outer(k[t, h], v[t, h])
+            G = np.zeros((DK, DV))
+            for t in range(b - 1, a - 1, -1):
+                nxt = np.exp(gk[t + 1, h])[:, None] if t + 1 < b else 0.0
+                G = SCALE * np.outer(q[t, h], do[t, h]) + nxt * G
+                dgk[t, h] = np.exp(gk[t, h]) * (before[t - a] * G).sum(axis=1)
+    return dgk
+
+
 def rel_l2(a, b):
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
@@ -136,13 +158,14 @@ with h5py.File(batch, "r") as f:
         if rc != 0 or "verify: ok" not in vout:
             fail(f"verify {group}: exit {rc}\n{vout}{verr}")
 
-# The backward of the gated cases: dg (g) or dg_gamma (g_gamma) beside dq, dk, dv, dh0, and verify checks them.
+# The backward of the gated cases: dg (g), dg_gamma (g_gamma) or dgk (gk) beside dq, dk, dv, dh0, and verify
+# checks them.
 grad = os.path.join(WORK, "grad.h5")
 with h5py.File(grad, "w") as f:
     for group in ("mamba", "retnet", "gla"):
         f[f"{group}/do"] = data(1, T, H, DV)
 bwd = os.path.join(WORK, "bwd")
-for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma", (H,))):
+for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma", (H,)), ("gla", "dgk", (1, T, H, DK))):
     forward = os.path.join(outdir, f"gates.{group}.h5")
     if not os.path.exists(forward):
         continue
@@ -153,9 +176,15 @@ for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma",
     path = os.path.join(bwd, f"gates.{group}.grad.h5")
     with h5py.File(path, "r") as g:
         got = g[dataset].shape if dataset in g else None
-        other = "dg_gamma" if dataset == "dg" else "dg"
-        if other in g:
-            fail(f"backward {group}: {other} written beside {dataset}")
+        for other in {"dg", "dg_gamma", "dgk"} - {dataset}:
+            if other in g:
+                fail(f"backward {group}: {other} written beside {dataset}")
+        if dataset == "dgk" and got == shape:
+            with h5py.File(batch, "r") as f, h5py.File(grad, "r") as gf:
+                err = rel_l2(g["dgk"][0].astype(np.float64), reference_dgk(f, group, gf[f"{group}/do"][0].astype(np.float64)))
+            print(f"  backward {group}: dgk against the numpy fp64 backward {err:.2e}")
+            if not err < 1e-4:
+                fail(f"backward {group}: dgk is {err:.2e} from the numpy fp64 backward (fp32: expected < 1e-4)")
     if got != shape:
         fail(f"backward {group}: {dataset} has shape {got}, expected {shape}")
     rc, vout, verr = linattn("verify", path)
@@ -163,13 +192,6 @@ for group, dataset, shape in (("mamba", "dg", (1, T, H)), ("retnet", "dg_gamma",
         fail(f"verify {path}: exit {rc}, expected ok with a {dataset} row\n{vout}{verr}")
     else:
         print(f"  backward {group}: {dataset} {shape}, verify ok")
-
-# gk has no backward yet: refused, naming it, and no gradient file left behind.
-rc, out, err = linattn("backward", os.path.join(outdir, "gates.gla.h5"), "--grad", grad, "-o", bwd, "--no-fsync")
-if rc == 0 or "gk" not in err or os.path.exists(os.path.join(bwd, "gates.gla.grad.h5")):
-    fail(f"backward gla: exit {rc}, expected a failure naming gk and no output\n{out}{err}")
-else:
-    print(f"  backward gla refused: {err.strip().splitlines()[-1][:140]}")
 
 # The input changed after the run: verify refuses rather than compare against another problem.
 with h5py.File(batch, "r+") as f:
@@ -186,5 +208,5 @@ for group in ("mamba", "plain"):
         print(f"  verify {group} refused: {verr.strip().splitlines()[-1]}")
 
 check.finish("g, g_gamma and gk ran and matched the fp64 recurrence two gates in one case and "
-             "a positive g were refused, the backward wrote dg and dg_gamma and verified and refused gk, verify caught "
+             "a positive g were refused, the backward wrote dg, dg_gamma and dgk (dgk matching numpy's) and verified, verify caught "
              "changed gates")

@@ -202,11 +202,11 @@ TEST_F(BackwardStreaming, WindowsGiveTheBitsOfTheWholeCase) {
   }
 }
 
-// Gated cases (g per token, g_gamma per head), plain and packed: the windows
-// carry dS and, for dg, its running sum at each window's first token, so dq,
-// dk, dv, dh0 and dg are the whole case's bits; dg_gamma sums dg over the
+// Gated cases (g per token, g_gamma per head, gk per key channel), plain and
+// packed: the windows carry dS (dg and dgk sum within each chunk), so dq, dk,
+// dv, dh0, dg and dgk are the whole case's bits; dg_gamma sums dg over the
 // windows in another order (fp64), so it agrees to rounding. `verify` accepts
-// the streamed outputs, dg included.
+// the streamed outputs, the gate's gradient included.
 TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
   TempDir dir("gated-backward-streaming");
   auto cli = [&](const std::string& args) { return linattn_cli(dir, args); };
@@ -215,7 +215,9 @@ TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
     const char* name;
     const char* generate;
   } cases[] = {{"g_plain", "--shape 2,1000,2,16,24 --dtype fp32 --gate g --gate-strength 0.3"},
-               {"gamma_packed", "--shape 1,1,2,16,24 --dtype bf16 --seqlens 1,63,64,65,3000,700,5,129 --gate gamma"}};
+               {"gamma_packed", "--shape 1,1,2,16,24 --dtype bf16 --seqlens 1,63,64,65,3000,700,5,129 --gate gamma"},
+               {"gk_packed", "--shape 1,1,2,16,24 --dtype fp32 --seqlens 1,63,64,65,3000,700,5,129 --gate gk"},
+               {"gk_plain", "--shape 2,1000,2,16,24 --dtype bf16 --gate gk"}};
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
     const std::string input = dir / (std::string(c.name) + ".h5"), grad = dir / (std::string(c.name) + "_grad.h5");
@@ -239,16 +241,21 @@ TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
     expect_same_bits(a.dk, b.dk, "dk");
     expect_same_bits(a.dv, b.dv, "dv");
     expect_same_bits(a.dh0, b.dh0, "dh0");
-    const bool per_head = std::string(c.name).rfind("gamma", 0) == 0;
+    const bool per_head = std::string(c.name).rfind("gamma", 0) == 0, per_channel = std::string(c.name).rfind("gk", 0) == 0;
+    const char* gradient = per_head ? "dg_gamma" : per_channel ? "dgk" : "dg";
     if (per_head) {
       ASSERT_EQ(b.dg_gamma.shape, std::vector<std::int64_t>{2});
       EXPECT_TRUE(a.dg.empty() && b.dg.empty());
       EXPECT_LE(relative_l2(b.dg_gamma.to_double(), a.dg_gamma.to_double()), 1e-6);
+    } else if (per_channel) {
+      ASSERT_EQ(b.dgk.shape, b.dq.shape);
+      expect_same_bits(a.dgk, b.dgk, "dgk");
+      EXPECT_TRUE(a.dg.empty() && a.dg_gamma.empty());
     } else {
       expect_same_bits(a.dg, b.dg, "dg");
-      EXPECT_TRUE(a.dg_gamma.empty());
+      EXPECT_TRUE(a.dg_gamma.empty() && a.dgk.empty());
     }
-    EXPECT_EQ(b.record.run.gate, per_head ? "g_gamma" : "g");
+    EXPECT_EQ(b.record.run.gate, per_head ? "g_gamma" : per_channel ? "gk" : "g");
     // The whole case in memory, as run_backward gives it.
     const CaseData in = read_case(input, "case0");
     const hdf5::File f = hdf5::open_read_only(forward);
@@ -263,10 +270,10 @@ TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
     expect_same_bits(ref.dq, a.dq, "dq (in memory)");
     expect_same_bits(ref.dh0, a.dh0, "dh0 (in memory)");
     if (per_head) expect_same_bits(ref.dg_gamma, a.dg_gamma, "dg_gamma (in memory)");
-    else expect_same_bits(ref.dg, a.dg, "dg (in memory)");
+    else expect_same_bits(ref.dg, per_channel ? a.dgk : a.dg, "dg or dgk (in memory)");
     const Exit v = cli("verify '" + dir / (std::string(c.name) + "-streamed") + stem + "'");
     EXPECT_EQ(v.code, 0) << v.output;
-    EXPECT_TRUE(contains(v.output, per_head ? "dg_gamma" : "dg ")) << v.output;
+    EXPECT_TRUE(contains(v.output, std::string(gradient) + " ")) << v.output;
     EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
   }
 }

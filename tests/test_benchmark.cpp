@@ -121,9 +121,9 @@ TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
 // `bench --gate --backward`: the gated forward stores h, the gated backward is
 // timed; dq, dk, dv and dg of the (b = 0, h = 0) row against the gated fp64
 // reference (level 1's gradients would be far off at these decays; an
-// unwritten dg would show the NaN poison), plain and packed, g and g_gamma.
+// unwritten dg would show the NaN poison), plain and packed, g, g_gamma and gk (dgk).
 TEST(Benchmark, GatedBackwardRowIsCheckedAgainstTheGatedReference) {
-  for (GateKind gate : {GateKind::per_head, GateKind::per_token})
+  for (GateKind gate : {GateKind::per_head, GateKind::per_token, GateKind::per_channel})
     for (bool packed : {false, true}) {
       SCOPED_TRACE(std::string(gate_dataset_name(gate)) + (packed ? " packed" : ""));
       BenchConfig bc;

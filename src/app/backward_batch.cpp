@@ -284,9 +284,6 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   const Clock::time_point started = Clock::now();
   const CheckedCase c = check_case(opt, r);
   const Problem& p = c.p;
-  if (channel_gate(c.in.gate))  // before any output exists
-    throw FileError(c.input_file, dataset_path(c.group, "gk"),
-                    "the backward does not take a per-key-channel gate (gk) yet: only the forward computes GLA's decay");
 
   // Windows: the whole case when it fits the budget.
   BackwardStorage storage;

@@ -102,8 +102,8 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--gate", o->gate,
                   "Time the gated forward (README.md, \"Gated levels\"; with --state-pass its state pass, with "
                   "--backward the gated backward): 'g' draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's "
-                  "g_gamma [H] = log(1 - 2^(-5-h)), 'gk' draws GLA's gk [B, T, H, DK] uniform in [-1, 0) (the forward "
-                  "and its state pass only); o (the backward: dq, dk, dv and dg) is checked against the gated "
+                  "g_gamma [H] = log(1 - 2^(-5-h)), 'gk' draws GLA's gk [B, T, H, DK] uniform in [-1, 0) (tensor cores "
+                  "and registers do not take gk yet); o (the backward: dq, dk, dv and dg, or dgk) is checked against the gated "
                   "fp64 reference")
       ->check(CLI::IsMember({"g", "gamma", "gk"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())
@@ -141,7 +141,7 @@ Command add_bench_command(CLI::App& parent) {
                                                 "floor ms", "GB/s", "% copy BW", "TFLOP/s"};
             if (o->backward) {
               headers.insert(headers.end(), {"dq rel L2", "dk rel L2", "dv rel L2"});
-              if (!o->gate.empty()) headers.push_back("dg rel L2");
+              if (!o->gate.empty()) headers.push_back(o->gate == "gk" ? "dgk rel L2" : "dg rel L2");
             } else {
               headers.push_back("o rel L2");
               if (o->state_pass) headers.push_back("final_state rel L2");

@@ -100,12 +100,11 @@ reference::GatedGradients backward_reference_by_head(const Problem& p, const ref
                                                      const reference::GradInputs& g, const PieceDone& done,
                                                      const reference::Gate& gate) {
   validate_shapes(p);
-  if (gate.kind == GateKind::per_channel)
-    throw std::invalid_argument("the backward does not take a per-key-channel gate (gk) yet");
   const std::int64_t DK = p.DK, DV = p.DV;
   reference::GatedGradients d;
-  const bool gated = gate.kind != GateKind::none;
-  if (gated) d.dg.assign(static_cast<std::size_t>(p.B * p.T * p.H), 0.0);
+  const bool gated = gate.kind != GateKind::none, channels = gate.kind == GateKind::per_channel;
+  const std::int64_t gate_width = channels ? DK : 1;  // dg per token, or dgk per token and key channel
+  if (gated) d.dg.assign(static_cast<std::size_t>(p.B * p.T * p.H * gate_width), 0.0);
   d.dq.assign(static_cast<std::size_t>(p.B * p.T * p.H * DK), 0.0);
   d.dk.assign(d.dq.size(), 0.0);
   d.dv.assign(static_cast<std::size_t>(p.B * p.T * p.H * DV), 0.0);
@@ -118,10 +117,17 @@ reference::GatedGradients backward_reference_by_head(const Problem& p, const ref
     if (g.dht) dht = piece.gather_state(*g.dht);
     const reference::Inputs piece_in{q, k, v, in.initial_state ? &s0 : nullptr};
     const reference::GradInputs piece_grad{d_o, g.dht ? &dht : nullptr};
-    const reference::GatedGradients part =
-        gated ? reference::gated_backward_chunked(piece.problem(), piece_in, piece.gate_of(gate), piece_grad)
-              : reference::GatedGradients{reference::backward_chunked(piece.problem(), piece_in, piece_grad), {}, {}};
-    if (gated) piece.scatter_tokens(part.dg, 1, d.dg);
+    reference::GatedGradients part;
+    if (channels) {
+      reference::ChannelGatedGradients c = reference::gla_backward_chunked(
+          piece.problem(), piece_in, {piece.gather_tokens(gate.log_decay, DK)}, piece_grad);
+      part.dg = std::move(c.dgk);
+      static_cast<reference::Gradients&>(part) = std::move(c);  // dq, dk, dv, dh0
+    } else {
+      part = gated ? reference::gated_backward_chunked(piece.problem(), piece_in, piece.gate_of(gate), piece_grad)
+                   : reference::GatedGradients{reference::backward_chunked(piece.problem(), piece_in, piece_grad), {}, {}};
+    }
+    if (gated) piece.scatter_tokens(part.dg, gate_width, d.dg);
     piece.scatter_tokens(part.dq, DK, d.dq);
     piece.scatter_tokens(part.dk, DK, d.dk);
     piece.scatter_tokens(part.dv, DV, d.dv);

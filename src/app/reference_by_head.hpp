@@ -27,8 +27,9 @@ reference::Result forward_reference_by_head(const Problem& p, const reference::I
                                             const PieceDone& done, const reference::Gate& gate = {});
 
 // With a gate, each piece runs reference::gated_backward_chunked on its own
-// log-decays, and dg (every gate) and dg_gamma (per head: dg summed over the
-// head's tokens of every sequence) are filled too.
+// log-decays (per key channel: reference::gla_backward_chunked), and dg (every
+// gate; per key channel: dgk [B, T, H, DK]) and dg_gamma (per head: dg summed
+// over the head's tokens of every sequence) are filled too.
 reference::GatedGradients backward_reference_by_head(const Problem& p, const reference::Inputs& in,
                                                      const reference::GradInputs& g, const PieceDone& done,
                                                      const reference::Gate& gate = {});

@@ -336,7 +336,11 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   views.dh0 = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dh0"), Kokkos::WithoutInitializing), N, p.H, p.DK, p.DV);
   views.g = fw.g;
   views.g_gamma = fw.g_gamma;
-  if (bc.gate != GateKind::none) {
+  views.gk = fw.gk;
+  if (bc.gate == GateKind::per_channel) {
+    views.dgk = DeviceView4<Acc>(Kokkos::view_alloc(std::string("dgk"), Kokkos::WithoutInitializing), p.B, p.T, p.H, p.DK);
+    Kokkos::deep_copy(views.dgk, quiet_nan<Acc>());
+  } else if (bc.gate != GateKind::none) {
     views.dg = DeviceView3<Acc>(Kokkos::view_alloc(std::string("dg"), Kokkos::WithoutInitializing), p.B, p.T, p.H);
     Kokkos::deep_copy(views.dg, quiet_nan<Acc>());
   }
@@ -367,7 +371,14 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
                             dos = slice_to_host(d_o, tokens);
   reference::GatedGradients ref;
   if (bc.gate == GateKind::none) static_cast<reference::Gradients&>(ref) = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
-  else ref = reference::gated_backward(slice, {qs, ks, vs, nullptr}, gate.slice, {dos, nullptr});
+  else if (bc.gate == GateKind::per_channel) {  // dgk in ref.dg
+    reference::ChannelGatedGradients c =
+        reference::gla_backward_chunked(slice, {qs, ks, vs, nullptr}, {gate.slice.log_decay}, {dos, nullptr});
+    ref.dg = std::move(c.dgk);
+    static_cast<reference::Gradients&>(ref) = std::move(c);
+  } else {
+    ref = reference::gated_backward(slice, {qs, ks, vs, nullptr}, gate.slice, {dos, nullptr});
+  }
 
   VariantTiming row;
   row.backward = true;
@@ -382,7 +393,8 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   row.o_rel_l2 = relative_l2(slice_to_host(views.dq, tokens), ref.dq);
   row.dk_rel_l2 = relative_l2(slice_to_host(views.dk, tokens), ref.dk);
   row.dv_rel_l2 = relative_l2(slice_to_host(views.dv, tokens), ref.dv);
-  if (bc.gate != GateKind::none) row.dg_rel_l2 = relative_l2(slice_to_host(views.dg, tokens), ref.dg);
+  if (bc.gate == GateKind::per_channel) row.dg_rel_l2 = relative_l2(slice_to_host(views.dgk, tokens), ref.dg);
+  else if (bc.gate != GateKind::none) row.dg_rel_l2 = relative_l2(slice_to_host(views.dg, tokens), ref.dg);
   report.rows.push_back(row);
   return report;
 }

@@ -42,6 +42,7 @@ void write_grad_output_file(const std::string& path, const GradOutputData& out, 
   for (const auto& [name, tensor] : tensors) hdf5::write_tensor(f, path, name, *tensor, {});
   if (!out.dg.empty()) hdf5::write_tensor(f, path, "dg", out.dg, {});
   if (!out.dg_gamma.empty()) hdf5::write_tensor(f, path, "dg_gamma", out.dg_gamma, {});
+  if (!out.dgk.empty()) hdf5::write_tensor(f, path, "dgk", out.dgk, {});
   write_grad_dataset_attributes(f, path, packed);
   if (packed) hdf5::write_index_vector(f, path, "cu_seqlens", out.cu_seqlens);
   write_grad_record(f, path, out.record);
@@ -71,6 +72,7 @@ GradOutputData read_grad_output_file(const std::string& path) {
   out.dh0 = hdf5::read_tensor(f, path, "dh0");
   if (hdf5::link_exists(f, "dg")) out.dg = hdf5::read_tensor(f, path, "dg");
   if (hdf5::link_exists(f, "dg_gamma")) out.dg_gamma = hdf5::read_tensor(f, path, "dg_gamma");
+  if (hdf5::link_exists(f, "dgk")) out.dgk = hdf5::read_tensor(f, path, "dgk");
   if (hdf5::link_exists(f, "cu_seqlens")) out.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
   return out;
 }

@@ -2,7 +2,7 @@
 // `linattn backward` writes per forward output, OUTDIR/<stem>.grad.h5 with
 // dq, dk [B, T, H, DK] and dv [B, T, H, DV] (layout="BTHD"; the input dtype,
 // or fp32), dh0 [N, H, DK, DV] (the accumulation type), for a gated case dg
-// [B, T, H] (g) or dg_gamma [H] (g_gamma) in the accumulation type, cu_seqlens for packed
+// [B, T, H] (g), dg_gamma [H] (g_gamma) or dgk [B, T, H, DK] (gk) in the accumulation type, cu_seqlens for packed
 // inputs, and the run's attributes (write_run_record's, variant "backward")
 // plus where the forward and the gradients came from, so that `linattn
 // verify` can redo it from the input case and the gradient file.
@@ -32,6 +32,7 @@ struct GradOutputData {
   Tensor dq, dk, dv, dh0;
   Tensor dg;        // gated by g: [B, T, H]; else empty
   Tensor dg_gamma;  // gated by g_gamma: [H]; else empty
+  Tensor dgk;       // gated by gk: [B, T, H, DK]; else empty
   std::vector<std::int64_t> cu_seqlens;  // copied from the input; empty for a plain batch
   GradRecord record;
 };

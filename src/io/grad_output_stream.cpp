@@ -14,6 +14,7 @@ GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DT
   dh0_ = hdf5::create_dataset(f, path, "dh0", state, p.state_shape(), {}, false);
   if (gate == GateKind::per_token) dg_ = hdf5::create_dataset(f, path, "dg", state, {p.B, p.T, p.H}, {}, false);
   if (gate == GateKind::per_head) dg_ = hdf5::create_dataset(f, path, "dg_gamma", state, {p.H}, {}, false);
+  if (gate == GateKind::per_channel) dg_ = hdf5::create_dataset(f, path, "dgk", state, p.qk_shape(), {}, false);
   write_grad_dataset_attributes(f, path, p.varlen());
   if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
 }
@@ -29,7 +30,8 @@ void GradOutputStream::write_dh0(std::int64_t n0, const Tensor& rows) {
 }
 
 void GradOutputStream::write_dg(std::int64_t t0, const Tensor& dg) {
-  hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0}, path(), "dg");
+  if (dg.shape.size() == 4) hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0, 0}, path(), "dgk");
+  else hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0}, path(), "dg");
 }
 
 void GradOutputStream::write_dg_gamma(const Tensor& dg_gamma) {

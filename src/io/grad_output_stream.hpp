@@ -20,7 +20,8 @@ namespace linattn {
 
 class GradOutputStream {
  public:
-  // dq, dk, dv of `tokens` dtype, dh0 (and a gate's dg or dg_gamma) of `state` dtype; cu_seqlens copied for a packed p.
+  // dq, dk, dv of `tokens` dtype, dh0 (and a gate's dg, dg_gamma or dgk) of `state` dtype; cu_seqlens copied for a
+  // packed p.
   GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state,
                    GateKind gate = GateKind::none);
 
@@ -28,7 +29,8 @@ class GradOutputStream {
   void write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv);
   // dh0 rows [n0, n0 + rows.shape[0]).
   void write_dh0(std::int64_t n0, const Tensor& rows);
-  // dg of the window [t0, t0 + T') of every batch row, [rows, T', H] (gate g), and all of dg_gamma [H] (g_gamma).
+  // dg of the window [t0, t0 + T') of every batch row, [rows, T', H] (gate g) or dgk [rows, T', H, DK]
+  // (gate gk), and all of dg_gamma [H] (g_gamma).
   void write_dg(std::int64_t t0, const Tensor& dg);
   void write_dg_gamma(const Tensor& dg_gamma);
 

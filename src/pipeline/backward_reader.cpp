@@ -56,10 +56,10 @@ BackwardReader::Tokens BackwardReader::tokens(const Window& w, bool with_do) con
 Tensor BackwardReader::gate(const Window& w) const {
   if (src_.gate == GateKind::none) return Tensor();
   const std::string path = dataset_path(src_.input_group, gate_dataset_name(src_.gate));
-  const bool per_token = src_.gate == GateKind::per_token;
-  const std::vector<std::int64_t> start = per_token ? std::vector<std::int64_t>{0, w.t0, 0} : std::vector<std::int64_t>{0};
-  const std::vector<std::int64_t> count =
-      per_token ? std::vector<std::int64_t>{p_.B, w.tokens(), p_.H} : std::vector<std::int64_t>{p_.H};
+  const bool per_token = src_.gate != GateKind::per_head;  // g [B, T, H] or gk [B, T, H, DK]: the window's tokens
+  std::vector<std::int64_t> start = {0}, count = {p_.H};
+  if (src_.gate == GateKind::per_token) start = {0, w.t0, 0}, count = {p_.B, w.tokens(), p_.H};
+  if (src_.gate == GateKind::per_channel) start = {0, w.t0, 0, 0}, count = {p_.B, w.tokens(), p_.H, p_.DK};
   Tensor g = hdf5::read_block_tensor(gate_.get(), src_.accumulation, start, count, src_.input_file, path);
   const std::string window =
       !per_token || (w.t0 == 0 && w.t1 == p_.T) ? "" : "in tokens [" + std::to_string(w.t0) + ", " + std::to_string(w.t1) + ")";

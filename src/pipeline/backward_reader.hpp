@@ -27,7 +27,7 @@ struct BackwardSources {
   bool read_h = true;
   DType input = DType::f32, accumulation = DType::f32;
   bool allow_nonfinite = false;
-  GateKind gate = GateKind::none;  // the input case's g or g_gamma (beside q, k, v)
+  GateKind gate = GateKind::none;  // the input case's g, g_gamma or gk (beside q, k, v)
 };
 
 class BackwardReader {
@@ -44,7 +44,7 @@ class BackwardReader {
   // type; zeros when the file has none.
   Tensor initial_rows(std::int64_t n0, std::int64_t count) const;
   Tensor dht_rows(std::int64_t n0, std::int64_t count) const;
-  // The gate of the window: g [rows, t1 - t0, H], or all of g_gamma [H], in
+  // The gate of the window: g [rows, t1 - t0, H], gk [rows, t1 - t0, H, DK], or all of g_gamma [H], in
   // the accumulation type, checked as log-decays (finite, <= 0) whatever
   // allow_nonfinite says; empty without a gate.
   Tensor gate(const Window& w) const;

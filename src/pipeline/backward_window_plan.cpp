@@ -22,7 +22,8 @@ BackwardUnits units(const Problem& p, const BackwardStorage& s) {
   // q, k, v, do read and dq, dk, dv written, each on the host and in the kernels' buffers.
   u.token = 2 * p.H * ((2 * p.DK + 2 * p.DV) * in + (2 * p.DK + p.DV) * out);
   if (s.recompute_h) u.token += p.H * p.DV * acc;  // the recomputing forward's o
-  if (s.gate != GateKind::none) u.token += 2 * 2 * p.H * acc;  // g read and dg written, on the host and the device
+  // g read and dg written (gk and dgk: per key channel), on the host and the device
+  if (s.gate != GateKind::none) u.token += 2 * 2 * p.H * (s.gate == GateKind::per_channel ? p.DK : 1) * acc;
   // h: read and uploaded, or recomputed in the kernels' buffers.
   u.chunk = s.recompute_h ? state * acc : 2 * state * static_cast<std::int64_t>(dtype_size(s.snapshot));
   // The tensor-core backward's scratch dh (the state gradient after each chunk, in the input

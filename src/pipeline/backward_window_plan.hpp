@@ -27,7 +27,7 @@ struct BackwardStorage {
   DType input = DType::f32, output = DType::f32, accumulation = DType::f32;
   DType snapshot = DType::f32;  // h as stored (unused with recompute_h)
   bool recompute_h = false;
-  GateKind gate = GateKind::none;  // g (and dg) per token, in the accumulation type
+  GateKind gate = GateKind::none;  // g (and dg) per token, or gk (and dgk) per token and key channel, in the accumulation type
 };
 
 // The working set of window w of problem `whole`.

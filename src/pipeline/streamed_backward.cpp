@@ -133,7 +133,7 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     if (e.in_rows < e.sequences)
       out.write_dh0(w.seq_begin + e.in_rows, row_slice(b.dh0, e.in_rows, e.sequences - e.in_rows));
     dS = e.in_rows > 0 ? row_slice(b.dh0, 0, e.in_rows) : Tensor();
-    if (config.gate == GateKind::per_token) out.write_dg(w.t0, b.dg);
+    if (config.gate == GateKind::per_token || config.gate == GateKind::per_channel) out.write_dg(w.t0, b.dg);
     accumulation = b.dh0.dtype;
     if (config.gate == GateKind::per_head) {
       const std::vector<double> d = b.dg.to_double();
