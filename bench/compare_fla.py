@@ -20,7 +20,7 @@ forward on the same kind of gate (g: its chunk_local_cumsum of g, then chunk_fwd
 with it; gamma: chunk_fwd_h + chunk_fwd_o with g_gamma), g uniform in [-1, 0) for both (gamma:
 RetNet's log(1 - 2^(-5-h)) for both), beside `linattn bench --gate`; the second fla column is then
 chunk_simple_gla itself, and o's reference the gated fp64 form. With --gate gk (GLA's per-key-channel
-decay, forward only) both fla columns are chunk_gla's forward (gk uniform in [-1, 0) for both), o's
+decay) both fla columns are chunk_gla's forward (gk uniform in [-1, 0) for both), o's
 reference an fp64 token recurrence with the per-channel decays.
 
 With --backward --gate g|gamma the backward rows are gated: fla's chunk_simple_gla_bwd with the
@@ -28,7 +28,10 @@ forward's chunk-local cumulative sums of g in log2 units (what its autograd func
 its reverse chunk-local cumsum of dg (what its backward returns as g's gradient); with gamma
 fla computes no gate gradient at all (its autograd returns None for g_gamma) while linattn still
 computes dg; beside `linattn bench --backward --gate`, with dg's relative L2 too (fla's against an
-fp64 autograd of the gated form on the (0, 0) row).
+fp64 autograd of the gated form on the (0, 0) row). With --backward --gate gk fla's column is
+chunk_gla_bwd as its autograd calls it (after one chunk_gla_fwd: the saved chunk-local cumsums of gk
+and the scores A, h recomputed inside), dgk's relative L2 (both) against an fp64 autograd of the
+chunked per-channel form on the (0, 0) row.
 
 With --seqlens N the rows are packed batches (shape 1,T,H,D; B = 1): the T tokens cut at
 N - 1 uniform random points (seeded), the same cuts for both (linattn gets them as
@@ -198,6 +201,64 @@ def gated_reference_grads(q, k, v, do, g, scale):
     return q.grad, k.grad, v.grad, g.grad
 
 
+def gla_reference_grads(q, k, v, do, gk, scale, C=64):
+    """dq, dk, dv, dgk of one (sequence, head) row ([T, D] fp64 tensors on the GPU; gk [T, DK], raw
+    log-decays) by autograd of the chunked per-channel form (README.md "Gated levels", GLA): every
+    factor exp of a difference of cumulative sums within the chunk, masked before exp."""
+    import torch
+    q, k, v, gk = (x.detach().clone().requires_grad_(True) for x in (q, k, v, gk))
+    T, DK = q.shape
+    S = torch.zeros(DK, v.shape[1], dtype=q.dtype, device=q.device)
+    outs = []
+    for c0 in range(0, T, C):
+        qc, kc, vc, gc = (x[c0:c0 + C] for x in (q, k, v, gk))
+        b = torch.cumsum(gc, 0)
+        L = b.shape[0]
+        lower = torch.ones(L, L, dtype=torch.bool, device=q.device).tril()[:, :, None]
+        diff = b[:, None, :] - b[None, :, :]
+        w = torch.exp(torch.where(lower, diff, torch.full_like(diff, -float("inf"))))
+        A = torch.einsum("id,jd,ijd->ij", qc, kc, w)
+        outs.append(scale * ((qc * torch.exp(b)) @ S + A @ vc))
+        S = torch.exp(b[-1])[:, None] * S + (kc * torch.exp(b[-1] - b)).T @ vc
+    (torch.cat(outs) * do).sum().backward()
+    return q.grad, k.grad, v.grad, gk.grad
+
+
+def time_fla_gla_backward(shape, reps_ms, dtype):
+    """fla's chunk_gla backward as its autograd function calls it: one chunk_gla_fwd saves the
+    chunk-local cumsums of gk (log2 units) and the scores A; chunk_gla_bwd (h recomputed, dh, dv, dA,
+    dq/dk, then dq/dk/dgk) is timed. Inputs and do uniform in [-1, 1], gk in [-1, 0), scale DK^-0.5;
+    the relative L2 of dq, dk, dv, dgk on the (0, 0) row against gla_reference_grads."""
+    import torch
+    import triton
+    from fla.ops.gla.chunk import chunk_gla_bwd, chunk_gla_fwd
+
+    B, T, H, DK, DV = shape
+    gen = torch.Generator(device="cuda").manual_seed(4321)
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    q, k = (torch.rand(B, T, H, DK, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
+    v, do = (torch.rand(B, T, H, DV, device="cuda", generator=gen).mul_(2).sub_(1).to(torch_dtype) for _ in range(2))
+    gk = -torch.rand(B, T, H, DK, device="cuda", generator=gen, dtype=torch.float32)
+    scale = DK ** -0.5
+    with torch.no_grad():
+        g_cumsum, A, _, _, _ = chunk_gla_fwd(q=q, k=k, v=v, g=gk, g_cumsum=None, scale=scale, initial_state=None,
+                                             output_final_state=False, cu_seqlens=None, chunk_size=64)
+
+    def backward():
+        with torch.no_grad():
+            return chunk_gla_bwd(q=q, k=k, v=v, g=None, g_cumsum=g_cumsum, scale=scale, initial_state=None, h=None,
+                                 A=A, do=do, dht=None, chunk_size=64)
+
+    dq, dk, dv, dgk, _ = backward()
+    torch.cuda.synchronize()
+    ref = [r.cpu() for r in gla_reference_grads(*(x[0, :, 0].double() for x in (q, k, v, do, gk)), scale)]
+    errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv", "dg"), (dq, dk, dv, dgk), ref)}
+    del ref
+    torch.cuda.empty_cache()
+    ms = triton.testing.do_bench(backward, warmup=25, rep=reps_ms, return_mode="median")
+    return {"fla_backward_ms": ms, **errs}
+
+
 def time_fla_backward(shape, reps_ms, dtype, gate=None):
     """fla's backward of chunk_linear_attn (chunk_simple_gla_bwd with no gate: it recomputes h,
     then dh, dq/dk, dv), inputs and do uniform in [-1, 1], scale DK^-0.5; with the relative L2
@@ -272,7 +333,8 @@ def compare_backward(args, shapes):
     for s in shapes:
         dims = [int(x) for x in s.split(",")]
         shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
-        fla_row = time_fla_backward(shape, args.fla_rep_ms, args.dtype, args.gate)
+        fla_row = (time_fla_gla_backward(shape, args.fla_rep_ms, args.dtype) if args.gate == "gk" else
+                   time_fla_backward(shape, args.fla_rep_ms, args.dtype, args.gate))
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
@@ -289,6 +351,8 @@ def compare_backward(args, shapes):
     print()
     gated = f"gated by {args.gate} (fla: chunk_simple_gla_bwd" + (", no gate gradient" if args.gate == "gamma" else
                                                               " + dg's reverse cumsum") + "); " if args.gate else ""
+    if args.gate == "gk":
+        gated = "gated by gk (fla: chunk_gla_bwd after one chunk_gla_fwd; dg columns: dgk); "
     print(f"{gated}backward, inputs {args.dtype}; GPU: {torch.cuda.get_device_name()}  torch {torch.__version__}  "
           f"triton {triton.__version__}  CUDA {torch.version.cuda}  fla {getattr(sys.modules['fla'], '__version__', '?')}  "
           f"linattn {rows[0]['linattn']['linattn_version']} (Kokkos {rows[0]['linattn']['kokkos_version']})")
@@ -330,7 +394,7 @@ def main():
     ap.add_argument("--backward", action="store_true", help="the backward (fla: chunk_simple_gla_bwd with no gate)")
     ap.add_argument("--gate", choices=["g", "gamma", "gk"],
                     help="gated rows (fla: chunk_simple_gla's forward, or with --backward chunk_simple_gla_bwd; "
-                         "gk: chunk_gla's forward, both fla columns, forward only)")
+                         "gk: chunk_gla's forward, both fla columns, or with --backward chunk_gla_bwd)")
     ap.add_argument("--json", help="write all numbers here")
     args = ap.parse_args()
     sys.path.insert(0, os.path.abspath(args.fla))
