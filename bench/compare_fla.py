@@ -335,6 +335,7 @@ def compare_backward(args, shapes):
         shape = dims[:4] + [dims[4] if len(dims) > 4 else dims[3]]
         fla_row = (time_fla_gla_backward(shape, args.fla_rep_ms, args.dtype) if args.gate == "gk" else
                    time_fla_backward(shape, args.fla_rep_ms, args.dtype, args.gate))
+        print("fla:", json.dumps(fla_row), flush=True)  # kept should a later step be cut short
         torch.cuda.empty_cache()
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
             out = f.name
