@@ -14,6 +14,7 @@
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
+#include "gated_checks.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
 #include "kernels/state_pass.hpp"
@@ -46,11 +47,7 @@ Tensor gate_tensor(const Problem& p, const std::vector<double>& gk) {
   return Tensor::from_double(DType::f32, gate_shape(p, GateKind::per_channel), gk);
 }
 
-std::vector<GemmPath> paths() {
-  std::vector<GemmPath> v = {GemmPath::kokkos_kernels};
-  if (host_execution) v.push_back(GemmPath::host_tile);
-  return v;
-}
+std::vector<GemmPath> paths() { return testing::team_policy_paths(); }
 
 ForwardConfig channel_config(Variant variant, GemmPath path) {
   ForwardConfig cfg;
@@ -80,11 +77,7 @@ ForwardOutput expect_matches(const Problem& p, Variant variant, GemmPath path, D
   SCOPED_TRACE(std::string(variant_name(variant)) + " " + gemm_path_name(out.gemm) + " " + dtype_name(dtype) + " " +
                g.name + (p.varlen() ? " packed" : "") + (with_state ? " with initial state" : "") +
                " C=" + std::to_string(p.chunk) + " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV));
-  EXPECT_EQ(out.gemm, path);
-  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), output_level(dtype, out.o.dtype, false)) << "o";
-  EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype)) << "h";
-  EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, out.final_state.dtype))
-      << "final_state";
+  testing::expect_gated_forward_matches(out, ref, dtype, path);
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
+#include "gated_checks.hpp"
 #include "kernels/backward.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
@@ -34,17 +35,9 @@ namespace {
 using testing::packed;
 using testing::problem;
 
-std::vector<GemmPath> paths() {
-  std::vector<GemmPath> v = {GemmPath::kokkos_kernels};
-  if (host_execution) v.push_back(GemmPath::host_tile);
-  return v;
-}
+std::vector<GemmPath> paths() { return testing::team_policy_paths(); }
 
-struct Case {
-  ProblemInputs in;
-  Tensor d_o, dht, gate;
-  ForwardOutput fw;
-};
+using Case = testing::GatedBackwardCase;
 
 // Inputs, the gate in fp32 (as files hold it), and the gated forward's snapshots.
 Case make_case(const Problem& p, const testing::GateCase& g, DType dtype, SnapshotMode snaps, std::uint64_t seed,

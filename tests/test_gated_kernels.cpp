@@ -14,6 +14,7 @@
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
+#include "gated_checks.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
 #include "reference/gated.hpp"
@@ -75,11 +76,7 @@ ForwardOutput expect_gated_matches(const Problem& p, Variant variant, GemmPath p
   SCOPED_TRACE(std::string(variant_name(variant)) + " " + gemm_path_name(out.gemm) + " " + dtype_name(dtype) + " " +
                g.name + (p.varlen() ? " packed" : "") + (with_state ? " with initial state" : "") + " C=" +
                std::to_string(p.chunk) + " DK=" + std::to_string(p.DK) + " DV=" + std::to_string(p.DV));
-  EXPECT_EQ(out.gemm, path);
-  EXPECT_LE(relative_l2(out.o.to_double(), ref.o), output_level(dtype, out.o.dtype, false)) << "o";
-  EXPECT_LE(relative_l2(out.h.to_double(), ref.h), stored_level(dtype, out.h.dtype)) << "h";
-  EXPECT_LE(relative_l2(out.final_state.to_double(), ref.final_state), stored_level(dtype, out.final_state.dtype))
-      << "final_state";
+  testing::expect_gated_forward_matches(out, ref, dtype, path);
   return out;
 }
 
