@@ -41,6 +41,10 @@ for step in $steps; do
           --shape 8,4096,16,128 --shape 8,16384,16,128 --shape 1,32768,32,128 --shape 8,16384,16,64 --shape 32,2048,16,128 \
           --shape 2,8192,8,256,512 --json "$LOGS/compare-fla-gated-$gate.json" 2>&1 | tee "$LOGS/compare-fla-gated-$gate.txt"
       done ;;
+    compare-gk)  # GLA's per-channel gate gk, forward, beside fla's chunk_gla forward: the five benchmark shapes and GLA's head sizes
+      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --gate gk \
+        --shape 8,4096,16,128 --shape 2,8192,8,256,512 --shape 8,16384,16,128 --shape 1,32768,32,128 \
+        --shape 8,16384,16,64 --shape 32,2048,16,128 --json "$LOGS/compare-fla-gk.json" 2>&1 | tee "$LOGS/compare-fla-gk.txt" ;;
     compare-gated-backward)  # the gated backward (g, then g_gamma) beside fla's chunk_simple_gla_bwd: the five benchmark shapes and RetNet's / GLA's head sizes
       for gate in g gamma; do
         python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward --gate $gate \

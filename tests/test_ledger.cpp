@@ -74,6 +74,23 @@ TEST(Ledger, SnapshotBytesOfSeedSection643) {
   EXPECT_EQ(none.h, 0.0);
   EXPECT_EQ(none.o, 2 * b.o);
   EXPECT_EQ(none.initial_state, b.final_state);
+  EXPECT_EQ(b.gate, 0.0);
+}
+
+// The gate's fp32 log-decays are read once: g_gamma one per head, g one per
+// token and head, gk one per token, head and key channel (twice bf16 q's bytes).
+TEST(Ledger, GateBytesAreItsFp32LogDecays) {
+  Problem p;
+  p.B = 2; p.T = 4096; p.H = 8; p.DK = 64; p.DV = 32; p.chunk = 64;
+  const DType bf16 = DType::bf16;
+  const ByteCounts none = count_bytes(p, bf16, bf16, &bf16, false);
+  const ByteCounts gamma = count_bytes(p, bf16, bf16, &bf16, false, GateKind::per_head);
+  const ByteCounts g = count_bytes(p, bf16, bf16, &bf16, false, GateKind::per_token);
+  const ByteCounts gk = count_bytes(p, bf16, bf16, &bf16, false, GateKind::per_channel);
+  EXPECT_EQ(gamma.gate, 8.0 * 4);
+  EXPECT_EQ(g.gate, 2.0 * 4096 * 8 * 4);
+  EXPECT_EQ(gk.gate, 2 * gk.q);
+  EXPECT_EQ(gk.total(), none.total() + gk.gate);
 }
 
 TEST(Ledger, VariantFlopsMatchTheirForms) {

@@ -344,6 +344,32 @@ TEST(PathChoice, GatesRunOnTeamPolicyRegisterAndTensorCoreKernels) {
   EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
 }
 
+// GLA's gk: tensor cores over whole sequences (the segment sums have no
+// per-channel decay); the register-blocked kernels do not take it yet.
+TEST(PathChoice, ChannelGateRunsOnTensorCoresOverWholeSequences) {
+  PathFacts f = on_cuda();
+  f.gated = true;
+  f.channel_gated = true;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.segments = 1;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.packed = true;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.input = DType::f32;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.segments = 2;
+  EXPECT_TRUE(contains(refusal_of(f), "gk")) << refusal_of(f);
+  f.requested = GemmPath::tensor_core;
+  EXPECT_TRUE(contains(refusal_of(f), "whole: segments 0 or 1, not 2")) << refusal_of(f);
+  f.segments = 0;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.requested = GemmPath::automatic;
+  f.input = DType::f64;  // no tensor cores, and the register-blocked kernels refuse gk: the TeamPolicy kernel
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+  f.requested = GemmPath::registers;
+  EXPECT_TRUE(contains(refusal_of(f), "per-key-channel gate (gk)")) << refusal_of(f);
+}
+
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.input = DType::f64;

@@ -155,6 +155,11 @@ TEST(StatePass, PlainBatchesGetTheTensorCoreKindGatedOrNot) {
     // On this build's own choice, too (chunk 16: never tensor cores).
     EXPECT_NE(state_pass_kind(plain, gated, DType::bf16), StatePassKind::tensor_core);
   }
+  ForwardConfig channel;  // GLA's gk: the segment sums have no per-channel decay, so the forward kind
+  channel.gate = GateKind::per_channel;
+  EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, channel), StatePassKind::forward);
+  EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, packed, channel), StatePassKind::forward);
+  EXPECT_EQ(state_pass_kind_on(GemmPath::host_tile, plain, channel), StatePassKind::fused_tiles);
 }
 
 TEST(StatePass, OtherPathsRunTheForwardItself) {

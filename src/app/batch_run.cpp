@@ -255,7 +255,8 @@ class Batch {
     }
     r.windows = static_cast<std::int64_t>(windows.size());
     const DType snap = s.snapshot;
-    r.min_bytes = count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state).total();
+    r.min_bytes =
+        count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state, r.gate).total();
 
     ComputeStage& stage = stage_for(p, s);
     const std::shared_ptr<CaseWrite> out = writer_.open(r.output, p, out_layout, opt_.durable);

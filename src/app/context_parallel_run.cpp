@@ -322,7 +322,8 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
   r.windows = std::count_if(segments.begin(), segments.end(), [](const Window& x) { return x.chunks > 0; });
   for (const Window& x : segments) r.segment_chunks += (r.segment_chunks.empty() ? "" : "+") + std::to_string(x.chunks);
   const DType snap = s.snapshot;
-  r.min_bytes = count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state).total();
+  r.min_bytes =
+      count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state, r.gate).total();
   const RunRecord record = make_record(opt, r, p, s, parse_gemm_path(gemm), total);
   const OutputLayout layout =
       output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize, opt.compress);

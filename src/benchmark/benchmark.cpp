@@ -191,7 +191,7 @@ VariantTiming bench_state_pass(const BenchConfig& bc, const ForwardConfig& cfg, 
   row.gemm = kind == StatePassKind::tensor_core ? GemmPath::tensor_core : choose_path_here<In>(p, cfg).path;
   row.flops = 2.0 * double(p.B) * p.T * p.H * p.DK * p.DV;  // K^T V per token
   const ByteCounts bytes = count_bytes(p, bc.dtype, bc.dtype, nullptr, false);  // what it reads and writes of these
-  row.min_bytes = bytes.k + bytes.v + bytes.final_state;  // as the forward rows: the gate's bytes aside
+  row.min_bytes = bytes.k + bytes.v + bytes.final_state;  // the gate's bytes aside (its forward rows count them)
   set_times(row, ms, copy_gbps);
   const auto mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), views.final_state);
   const auto theirs = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), forward.final_state);
@@ -273,7 +273,7 @@ BenchReport bench_typed(const BenchConfig& bc, double copy_gbps) {
     row.segments = run.segments;
     row.flops = variant_flops(p, variant);
     row.min_bytes = count_bytes(p, in_dtype, out_dtype, bc.snapshots == SnapshotMode::none ? nullptr : &snap_dtype,
-                                false)
+                                false, bc.gate)
                         .total();
     set_times(row, ms, copy_gbps);
     row.o_rel_l2 = relative_l2(slice_to_host(views.o, tokens), o_ref);

@@ -48,6 +48,12 @@ inline double tensor_core_split_level(DType input) {
   return 2 * u * u;
 }
 
+// GLA's gk on tensor cores rounds the decayed queries q exp(b) and keys
+// k exp(b_L - b) to the input type once each (cuda/channel_gate_prep.hpp, as
+// fla's chunk_gla does): the state reads the keys, o both (its inter-chunk
+// term through the state). fp32 inputs keep them in fp32.
+inline double tensor_core_channel_level(DType input) { return input == DType::f32 ? 0.0 : unit_roundoff(input); }
+
 // The tensor-core backward rounds its 16-bit operands once each, as fla's
 // backward does: the scores P = scale tril(dO V^T) and A = scale tril(Q K^T),
 // the state gradient dh[c] and the state h[c]. Each output reads two of them

@@ -62,7 +62,7 @@ double backward_flops(const Problem& p, bool recompute_h) {
 }
 
 ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
-                       bool has_initial_state) {
+                       bool has_initial_state, GateKind gate) {
   const double bth = static_cast<double>(p.B) * static_cast<double>(p.T) * static_cast<double>(p.H);
   const double state = static_cast<double>(p.num_sequences()) * static_cast<double>(p.H) * static_cast<double>(p.DK) *
                        static_cast<double>(p.DV);
@@ -77,6 +77,9 @@ ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType*
                           static_cast<double>(p.H) * static_cast<double>(p.DK) * static_cast<double>(p.DV);
   b.h = snapshot_dtype ? h_states * dtype_size(*snapshot_dtype) : 0.0;
   b.final_state = state * acc;
+  double gate_values = gate == GateKind::none ? 0.0 : 1.0;
+  for (std::int64_t extent : gate_shape(p, gate)) gate_values *= static_cast<double>(extent);
+  b.gate = gate_values * dtype_size(DType::f32);
   return b;
 }
 

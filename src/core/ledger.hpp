@@ -58,15 +58,16 @@ struct GateCounts {
 GateCounts count_gate(const Problem& p, GateKind kind);
 
 struct ByteCounts {
-  double q = 0, k = 0, v = 0, initial_state = 0;  // read once
-  double o = 0, h = 0, final_state = 0;           // written once
-  double total() const { return q + k + v + initial_state + o + h + final_state; }
+  double q = 0, k = 0, v = 0, initial_state = 0, gate = 0;  // read once
+  double o = 0, h = 0, final_state = 0;                     // written once
+  double total() const { return q + k + v + initial_state + gate + o + h + final_state; }
 };
 
 // Minimum bytes moved: inputs read once, outputs written once. snapshot_dtype
 // may be null when snapshots are not stored. States count once per sequence
-// and h once per chunk of each sequence (varlen: total_chunks).
+// and h once per chunk of each sequence (varlen: total_chunks). The gate's
+// log-decays are fp32 (docs/HDF5.md): gk is as many values as q.
 ByteCounts count_bytes(const Problem& p, DType input, DType output, const DType* snapshot_dtype,
-                       bool has_initial_state);
+                       bool has_initial_state, GateKind gate = GateKind::none);
 
 }  // namespace linattn

@@ -45,8 +45,9 @@ struct PathFacts {
   // chunk steps take it, the tensor-core kernel on whole sequences (segments
   // 0 or 1); the register-blocked kernels do not yet.
   bool gated = false;
-  // GLA's per-key-channel decay gk (issue 28): so far only the TeamPolicy
-  // kernels' chunk steps (kokkoskernels, hosttile) and the recurrent variant take it.
+  // GLA's per-key-channel decay gk (issue 28): the TeamPolicy kernels' chunk
+  // steps (kokkoskernels, hosttile), the recurrent variant and the tensor-core
+  // kernel on whole sequences take it; the register-blocked kernels do not yet.
   bool channel_gated = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types, this shape and the gate (its decay rows);

@@ -59,7 +59,8 @@ struct TensorCoreNormalize {
 
 // Runs the fused variant on tensor cores (segments: 0 chooses), over plain or
 // packed batches; with `normalize`, o is divided in the same pass; with a
-// gate in the views (g or g_gamma), the gated levels (split sequences too).
+// gate in the views (g or g_gamma), the gated levels (split sequences too);
+// with gk, GLA's per-key-channel decay (whole sequences).
 // Returns what it used.
 template <class Views>
 TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std::int64_t block_dv, int segments,
@@ -93,6 +94,7 @@ TensorCoreLaunch run_fused_tensor_core(const Problem& p, const Views& views, std
     static_assert(std::is_same<typename Views::acc_type, float>::value, "the tensor-core kernel accumulates in fp32");
     if (views.g.extent(0) > 0) args.g = views.g.data();
     if (views.g_gamma.extent(0) > 0) args.g_gamma = views.g_gamma.data();
+    if (views.gk.extent(0) > 0) args.gk = views.gk.data();
     const cuda::FusedTensorCorePlan plan =
         cuda::run_fused_tensor_core<E, O, S>(args, static_cast<int>(block_dv), segments, current_device_sms(),
                                              ExecSpace().cuda_stream(),

@@ -53,6 +53,9 @@ struct FusedTensorCoreArgs : FusedTensorCoreKernelArgs {
   // with normalization or with split sequences (segments > 1).
   const float* g = nullptr;
   const float* g_gamma = nullptr;
+  // GLA's per-key-channel decay (issue 28): fp32 log-decays <= 0 [B, T, H, DK]
+  // (packed: [1, T, H, DK]), or null. Its sequences are walked whole.
+  const float* gk = nullptr;
 };
 
 namespace detail {

@@ -4,6 +4,7 @@
 // (fused_tensor_core_kernel.hpp) for the head's shape.
 #pragma once
 
+#include "kernels/cuda/channel_gate_prep.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/fused_tensor_core_kernel.hpp"
 #include "kernels/cuda/packed_schedule.hpp"
@@ -28,6 +29,46 @@ struct FusedTensorCorePlan {
   int segments;  // per sequence (packed: of the most-split sequence)
 };
 
+// GLA's gk prepared for the fused kernel (channel_gate_prep.hpp), in device
+// memory given back on the stream after the kernels that read it.
+struct ChannelGateBuffers {
+  StreamBuffer qg, kg, scores, decay, chunks;
+};
+template <class E>
+ChannelGateBuffers prepare_channel_gate(const FusedTensorCoreArgs& args, const std::vector<std::int64_t>* cu_seqlens,
+                                        cudaStream_t stream) {
+  const std::size_t rows = std::size_t(args.B) * args.T, qk = rows * args.H * args.DK;
+  // Packed batches: each chunk's first token, then each one's length, in h's chunk order.
+  std::vector<int> spans, lengths;
+  if (cu_seqlens)
+    for (std::size_t n = 0; n + 1 < cu_seqlens->size(); ++n)
+      for (std::int64_t t = (*cu_seqlens)[n]; t < (*cu_seqlens)[n + 1]; t += detail::kChunk) {
+        spans.push_back(static_cast<int>(t));
+        lengths.push_back(static_cast<int>(std::min<std::int64_t>(detail::kChunk, (*cu_seqlens)[n + 1] - t)));
+      }
+  spans.insert(spans.end(), lengths.begin(), lengths.end());
+  const int chunks = cu_seqlens ? static_cast<int>(lengths.size())
+                                : args.B * ((args.T + detail::kChunk - 1) / detail::kChunk);
+  ChannelGateBuffers b{StreamBuffer(qk * sizeof(E), stream, "tensor-core gk: decayed queries"),
+                       StreamBuffer(qk * sizeof(E), stream, "tensor-core gk: decayed keys"),
+                       StreamBuffer(rows * args.H * detail::kChunk * sizeof(float), stream, "tensor-core gk: scores"),
+                       StreamBuffer(std::size_t(chunks) * args.H * args.DK * sizeof(float), stream,
+                                    "tensor-core gk: state decays"),
+                       StreamBuffer(spans.size() * sizeof(int), stream, "tensor-core gk: chunk spans")};
+  ChannelGateArgs prep{args.q, args.k, args.gk, b.qg.ptr.get(), b.kg.ptr.get(), b.scores.as<float>(),
+                       b.decay.as<float>(), args.B, args.T, args.H, args.DK, args.scale, nullptr, nullptr};
+  if (!spans.empty()) {
+    detail::check_launch(cudaMemcpyAsync(b.chunks.ptr.get(), spans.data(), spans.size() * sizeof(int),
+                                         cudaMemcpyHostToDevice, stream),
+                         "tensor-core gk: chunk spans upload");
+    prep.chunk_token0 = b.chunks.as<int>();
+    prep.chunk_length = b.chunks.as<int>() + chunks;
+  }
+  launch_channel_gate_prep<E>(prep, chunks, stream);
+  detail::check_launch(cudaGetLastError(), "tensor-core gk: prepare launch");
+  return b;
+}
+
 // block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses.
 // cu_seqlens (host, N + 1 offsets, B = 1) makes a packed batch: its
 // sequences are walked as packed_schedule.hpp lists them. args.z_state
@@ -35,6 +76,9 @@ struct FusedTensorCorePlan {
 // args.g_gamma runs the gated kernels (no normalization): a split sequence's
 // segment sums are then each segment's own decayed state, and its decay
 // (segment_sums.hpp), which the fused kernel applies as it adds them.
+// args.gk (GLA's per-key-channel decay) runs channel_gate_prep.hpp's pass
+// first and the fused kernel's channel instantiation on what it prepares,
+// over whole sequences (segments 0 or 1).
 // Which problems come here is choose_path's rule (kernels/path_choice.cpp);
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
@@ -46,10 +90,15 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   constexpr bool kFp32 = detail::kFp32Tiles<E>;  // fp32 tiles: their own block limits
   const int dkt = dk_tile(args.DK), fused_cap = max_block_dv(dkt, kOneStateTile, kFp32);
   if (segments < 0 || segments > 65535) throw std::invalid_argument("tensor-core fused: segments must be in 0..65535");
-  const bool gated = args.g != nullptr || args.g_gamma != nullptr;
-  if (gated) {
-    if (args.g && args.g_gamma) throw std::invalid_argument("tensor-core fused: a gate is g or g_gamma, not both");
+  const bool gated = args.g != nullptr || args.g_gamma != nullptr, channel = args.gk != nullptr;
+  if (gated || channel) {
+    if (int(args.g != nullptr) + int(args.g_gamma != nullptr) + int(channel) > 1)
+      throw std::invalid_argument("tensor-core fused: a gate is g, g_gamma or gk, not several");
     if (normalize) throw std::invalid_argument("tensor-core fused: normalize with a gate is not supported");
+  }
+  if (channel) {  // the segment sums do not take gk
+    if (segments > 1) throw std::invalid_argument("tensor-core fused: gk walks whole sequences (segments 0 or 1)");
+    segments = 1;
   }
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
@@ -82,10 +131,11 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
       if (exact) f(dk, bvc, norm, gate, std::false_type{});
       else f(dk, bvc, norm, gate, std::true_type{});
     };
-    auto with_norm = [&](auto dk, auto bvc) {
-      if (normalize) with_pad(dk, bvc, std::true_type{}, std::false_type{});
-      else if (gated) with_pad(dk, bvc, std::false_type{}, std::true_type{});
-      else with_pad(dk, bvc, std::false_type{}, std::false_type{});
+    auto with_norm = [&](auto dk, auto bvc) {  // gate: 0 level 1, 1 scalar, 2 gk
+      if (normalize) with_pad(dk, bvc, std::true_type{}, std::integral_constant<int, 0>{});
+      else if (gated) with_pad(dk, bvc, std::false_type{}, std::integral_constant<int, 1>{});
+      else if (channel) with_pad(dk, bvc, std::false_type{}, std::integral_constant<int, 2>{});
+      else with_pad(dk, bvc, std::false_type{}, std::integral_constant<int, 0>{});
     };
     auto with_bv = [&](auto dk) {
       if constexpr (decltype(dk)::value == 256) {
@@ -110,6 +160,15 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   args.work = nullptr;
   const std::size_t state_elems = std::size_t(args.DK) * args.DV;
   const int sum_bv = widest_block_dv(args.DK, args.DV);
+  // gk: the prepared operands, and the fused kernel reads the decayed Q and K.
+  std::unique_ptr<ChannelGateBuffers> prepared;
+  detail::ChannelGateOperands channel_ops{};
+  if (channel) {
+    prepared = std::make_unique<ChannelGateBuffers>(prepare_channel_gate<E>(args, cu_seqlens, stream));
+    channel_ops = {prepared->scores.as<float>(), prepared->decay.as<float>()};
+    args.q = prepared->qg.ptr.get();
+    args.k = prepared->kg.ptr.get();
+  }
 
   if (packed) {  // the walks and the sums to compute, in one upload
     const std::size_t n_walks = schedule.walks.size(), n_sums = schedule.sums.size();
@@ -127,7 +186,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
       args.work = work.as<TensorCoreWork>() + n_walks;
       with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                    decltype(pad)::value, decltype(gate)::value>(
+                                    decltype(pad)::value, decltype(gate)::value == 1>(
             args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums), sums.as<float>(), zsums.as<float>(), stream,
             decays.as<float>());
       });
@@ -139,7 +198,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
       with_shape(block_dv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
                                          decltype(pad)::value, decltype(gate)::value>(
-            args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks), stream, decays.as<float>());
+            args, dim3(dv_blocks(args.DV, block_dv) * args.H * n_walks), stream, decays.as<float>(), &channel_ops);
       });
     return {block_dv, segments};
   }
@@ -156,7 +215,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     decays = std::make_unique<StreamBuffer>(gated ? rows * sizeof(float) : 0, stream, "tensor-core fused: segment decays");
     with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
       detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                  decltype(pad)::value, decltype(gate)::value>(
+                                  decltype(pad)::value, decltype(gate)::value == 1>(
           args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H), sums->as<float>(), zsums->as<float>(),
           stream, decays->as<float>());
     });
@@ -167,7 +226,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     detail::launch_fused_tensor_core<E, decltype(dk)::value, decltype(bv)::value, OutT, SnapT, decltype(norm)::value,
                                      decltype(pad)::value, decltype(gate)::value>(
         args, dim3(dv_blocks(args.DV, block_dv), args.B * args.H, segments), stream,
-        decays ? decays->as<float>() : nullptr);
+        decays ? decays->as<float>() : nullptr, &channel_ops);
   });
   return {block_dv, segments};
 }

@@ -42,8 +42,14 @@
 // (before their hi/lo split), the state by exp(b_L) (in fp32) and the keys of
 // the state update by exp(b_L - b_j) (in fp32, then split like the other fp32
 // operands: decay_key_tile, add_decayed_kv_step).
+// GLA's per-key-channel decay gk runs the channel instantiation: a pass
+// before it (channel_gate_prep.hpp) hands it Q and K already decayed, the
+// chunk's scores and its state decay per key channel, so it runs level 1's
+// products on those, reads the scores instead of computing Q K^T, and decays
+// the state's rows by exp(b_L) (ChannelGateOperands).
 #pragma once
 
+#include "kernels/cuda/channel_gate_prep.hpp"
 #include "kernels/cuda/chunk_decay.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/fused_common.hpp"
@@ -172,7 +178,17 @@ __device__ inline void decay_key_tile(E* kt, E* lo_tile, int stride, const float
   }
 }
 
-template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize, bool Gated = false>
+// The gated kernels' second parameter: a scalar gate's pointers, or GLA's gk
+// as the prepared operands (the channel instantiation).
+__device__ inline GatePointers scalar_gate() { return {}; }
+__device__ inline GatePointers scalar_gate(GatePointers g) { return g; }
+__device__ inline GatePointers scalar_gate(ChannelGateOperands) { return {}; }
+__device__ inline ChannelGateOperands channel_gate() { return {}; }
+__device__ inline ChannelGateOperands channel_gate(GatePointers) { return {}; }
+__device__ inline ChannelGateOperands channel_gate(ChannelGateOperands c) { return c; }
+
+template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize, bool Gated = false,
+          bool Channel = false>
 struct Layout {
   static constexpr int qk_stride = DK + kPadOf<E>;
   static constexpr int v_stride = BV + kPadOf<E>;
@@ -189,7 +205,9 @@ struct Layout {
   // shared through shared memory as hi and lo 16-bit tiles [64][a_stride] (one fp32 tile).
   // fp32 tiles of a 128-row DK tile in blocks of 64 columns leave no room for
   // the shared scores: each group computes its own (twice the Q K^T).
-  static constexpr bool share_scores = BV > kFusedGroupWidth<E, DK, BV> && !(kFp32Tiles<E> && DK == 128 && BV == 64);
+  // The channel instantiation reads its scores from device memory, each warp its own rows.
+  static constexpr bool share_scores =
+      BV > kFusedGroupWidth<E, DK, BV> && !(kFp32Tiles<E> && DK == 128 && BV == 64) && !Channel;
   static constexpr int a_stride = kChunk + kPadOf<E>;
   static constexpr std::size_t a_bytes =
       share_scores ? std::size_t(kFp32Tiles<E> ? 1 : 2) * kChunk * a_stride * sizeof(E) : 0;
@@ -214,13 +232,15 @@ template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, boo
 __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
     fused_tensor_core_kernel(FusedTensorCoreKernelArgs args, Gate... gate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr bool kGated = sizeof...(Gate) == 1;
-  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
-  [[maybe_unused]] const GatePointers gp{gate...};  // level 1: none
+  constexpr bool kChannel = (std::is_same<Gate, ChannelGateOperands>::value || ...);
+  constexpr bool kGated = sizeof...(Gate) == 1 && !kChannel;  // a scalar gate (g or g_gamma)
+  static_assert(!((kGated || kChannel) && kNormalize), "normalization with a gate is refused by the launcher");
+  [[maybe_unused]] const GatePointers gp = scalar_gate(gate...);       // level 1 and gk: none
+  [[maybe_unused]] const ChannelGateOperands cp = channel_gate(gate...);  // gk's prepared operands
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
   constexpr bool kSplit = kSplitState<E, OutT>;
   constexpr bool kF32 = kFp32Tiles<E>;
-  using L = Layout<E, DK, BV, OutT, kStaged, kNormalize, kGated>;
+  using L = Layout<E, DK, BV, OutT, kStaged, kNormalize, kGated, kChannel>;
   using Frag = typename Elem<E>::Frag;
   static_assert(L::bytes <= 232448, "the block's shared memory (tile_rules.hpp, max_block_dv)");
   constexpr int kGW = kFusedGroupWidth<E, DK, BV>;
@@ -520,6 +540,31 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
     for (int nt = 0; nt < kNTiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) o[nt][e] = 0.0f;
+    [[maybe_unused]] float row_decay[kSMTiles][2];  // gk: exp(b_L) of this warp's state rows
+    if constexpr (kChannel) {
+      // This warp's rows of the prepared scores (scaled, masked), in the
+      // accumulator layout; key tiles past its rows are zero and not read.
+      #pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int t = t0 + 16 * rt + g + 8 * half;
+        const float* src = cp.scores + ((work.token0 + std::size_t(t < T ? t : 0)) * H + hh) * kChunk + 2 * t4;
+        #pragma unroll
+        for (int nt = 0; nt < 8; ++nt)
+          if (t < T && nt / 2 <= rt) {
+            const float2 x = __ldg(reinterpret_cast<const float2*>(src + 8 * nt));
+            a[nt][2 * half] = x.x;
+            a[nt][2 * half + 1] = x.y;
+          }
+      }
+      const float* dec = cp.decay + ((work.h_chunk0 + c) * H + hh) * std::size_t(dk);
+      #pragma unroll
+      for (int mt = 0; mt < kSMTiles; ++mt)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int row = warp * kSRows + 16 * mt + g + 8 * half;
+          row_decay[mt][half] = !kPad || row < dk ? __ldg(dec + row) : 0.0f;
+        }
+    }
     #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       #pragma unroll
@@ -543,7 +588,9 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           qz[r & 1] += x.x * z.x + x.y * z.y;
         }
       }
-      if constexpr (kShareA) {
+      if constexpr (kChannel) {
+        // the scores were read above
+      } else if constexpr (kShareA) {
         #pragma unroll
         for (int j = 0; j < kATiles; ++j) {
           const int tile = grp + j * kGroups;
@@ -585,6 +632,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
     for (int nt = 0; nt < 2 * kATiles; ++nt)
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
+        if constexpr (kChannel) continue;  // prepared scaled and masked
         const int row = 16 * rt + g + 8 * (e / 2);
         const int col = (kShareA ? 16 * (grp + (nt / 2) * kGroups) + 8 * (nt % 2) : 8 * nt) + 2 * t4 + (e % 2);
         if constexpr (kGated)  // and decayed by exp(b_row - b_col)
@@ -648,7 +696,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       #pragma unroll
       for (int np = 0; np < kNTiles / 2; ++np)
         ldmatrix_x4_trans(vf[np], vt + (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * L::v_stride + cg + 16 * np + 8 * (lane >> 4));
-      if (!(kSkipMasked || kShareA) || kk <= rt) {  // keys past this warp's rows contribute zero
+      if (!(kSkipMasked || kShareA || kChannel) || kk <= rt) {  // keys past this warp's rows contribute zero
         if constexpr (kF32) {  // the scores whole, in fp32
           Frag af[4];
           if constexpr (kShareA) {
@@ -709,8 +757,18 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
       }
     }
     // S += K^T V after the output: the right shift (gated: S = exp(b_L) S + the decayed K^T V)
-    if constexpr (kGated) decay_add_tiles(s, gc[GateRows::whole], ds);
-    else add_tiles(s, ds);
+    if constexpr (kGated) {
+      decay_add_tiles(s, gc[GateRows::whole], ds);
+    } else if constexpr (kChannel) {  // gk: S = diag(exp(b_L)) S + the decayed K^T V, row by row
+      #pragma unroll
+      for (int mt = 0; mt < kSMTiles; ++mt)
+        #pragma unroll
+        for (int nt = 0; nt < kNTiles; ++nt)
+          #pragma unroll
+          for (int e = 0; e < 4; ++e) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], row_decay[mt][e / 2], ds[mt][nt][e]);
+    } else {
+      add_tiles(s, ds);
+    }
     if constexpr (kGated)
       if (has_next && threadIdx.x < 32) {  // chunk c + 1's decay, into the other buffer
         cp_async_wait<1>();                // its g (the newest group, chunk c + 1's tiles, may still fly)
@@ -759,20 +817,28 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
 
 // grid: plain batches (DV / BV, B * H, segments); packed ones (DV / BV * H * walks).
 // seg_log2_decay: split gated sequences' segment decays (segment_sum_kernel's), else null.
-template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad, bool kGated>
+// kGate: 0 level 1, 1 a scalar gate (args.g or args.g_gamma), 2 GLA's gk as
+// the operands `channel` points to (args.q and args.k then its decayed ones).
+template <class E, int DK, int BV, class OutT, class SnapT, bool kNormalize, bool kPad, int kGate>
 void launch_fused_tensor_core(const FusedTensorCoreArgs& args, dim3 grid, cudaStream_t stream,
-                              float* seg_log2_decay = nullptr) {
+                              float* seg_log2_decay = nullptr, const ChannelGateOperands* channel = nullptr) {
+  constexpr bool kGated = kGate == 1, kChannel = kGate == 2;
   if constexpr (kFp32Tiles<E> && BV > max_block_dv(DK, false, true)) {  // fp32 tiles of this block do not fit
     throw std::invalid_argument("tensor-core fused: block_dv too wide for fp32 inputs at this DK tile");
   } else {
-  const std::size_t bytes = Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize, kGated>::bytes;
+  const std::size_t bytes =
+      Layout<E, DK, BV, OutT, kStageSnapshot<E, OutT, SnapT>, kNormalize, kGated, kChannel>::bytes;
   auto launch = [&](auto kernel, auto... gate) {
     check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                  "cudaFuncSetAttribute");
     kernel<<<grid, kFusedThreads<E, DK, BV>, bytes, stream>>>(args, gate...);
     check_launch(cudaGetLastError(), "fused tensor-core launch");
   };
-  if constexpr (kGated) {
+  if constexpr (kChannel) {
+    if (!channel) throw std::logic_error("tensor-core fused: gk without its prepared operands");
+    if (args.work) launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, true, kPad, ChannelGateOperands>, *channel);
+    else launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, false, kPad, ChannelGateOperands>, *channel);
+  } else if constexpr (kGated) {
     const GatePointers gate{args.g, args.g_gamma, seg_log2_decay};
     if (args.work) launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, true, kPad, GatePointers>, gate);
     else launch(fused_tensor_core_kernel<E, DK, BV, OutT, SnapT, false, false, kPad, GatePointers>, gate);
