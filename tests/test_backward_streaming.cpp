@@ -303,7 +303,7 @@ TEST_F(BackwardStreaming, BudgetBelowOneChunkIsRefused) {
                      "' --memory-budget 1M");
   EXPECT_EQ(e.code, 1) << e.output;
   EXPECT_TRUE(contains(e.output, "the memory budget is too small for this case's backward")) << e.output;
-  EXPECT_TRUE(contains(e.output, "(raise --memory-budget)")) << e.output;
+  EXPECT_TRUE(contains(e.output, "a third of the memory budget; raise --memory-budget")) << e.output;
 }
 
 }  // namespace

@@ -156,21 +156,37 @@ TEST(Streaming, TensorCoreShapeMatchesWhole) {
   TempDir dir("streaming-tensor-core");
   Problem p;
   p.B = 2; p.T = 9 * 64 + 17; p.H = 2; p.DK = 64; p.DV = 64; p.chunk = 64;  // a ragged last chunk
+  auto expect_streamed_bits = [&](const std::string& name, const CaseData& data, const ForwardConfig& cfg,
+                                  std::int64_t budget = 8 * 320 * 1024) {
+    const Streamed s = stream_case(dir, name, data, 64, cfg, budget);
+    ASSERT_TRUE(s.result.ok);
+    EXPECT_GE(s.result.windows, 3) << "the budget should cut the case into several windows";
+#if defined(KOKKOS_ENABLE_CUDA)
+    EXPECT_EQ(s.result.tile_path, "tensorcore");
+#endif
+    expect_same_as_whole(data, s, 64, cfg);
+  };
   for (DType dtype : {DType::bf16, DType::f16}) {
     for (bool initial : {false, true}) {
       SCOPED_TRACE(std::string(dtype_name(dtype)) + (initial ? ", initial state" : ""));
-      const CaseData data = case_data(p, dtype, 23 + initial, initial, false);
       ForwardConfig cfg;
       cfg.snapshots = initial ? SnapshotMode::bf16 : SnapshotMode::accumulation;
-      const Streamed s = stream_case(dir, std::string("tc") + dtype_name(dtype) + (initial ? "i" : ""), data, 64, cfg,
-                                     8 * 320 * 1024);
-      ASSERT_TRUE(s.result.ok);
-      EXPECT_GE(s.result.windows, 3) << "the budget should cut the case into several windows";
-#if defined(KOKKOS_ENABLE_CUDA)
-      EXPECT_EQ(s.result.tile_path, "tensorcore");
-#endif
-      expect_same_as_whole(data, s, 64, cfg);
+      expect_streamed_bits(std::string("tc") + dtype_name(dtype) + (initial ? "i" : ""),
+                           case_data(p, dtype, 23 + initial, initial, false), cfg);
     }
+  }
+  // GLA's gk there too (on CUDA builds the tensor-core forward with its
+  // per-chunk prepared operands): windows of whole chunks give the same bits.
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    SCOPED_TRACE(std::string("gk ") + dtype_name(dtype));
+    CaseData data = case_data(p, dtype, 29, true, false);
+    data.gate = GateKind::per_channel;
+    data.log_decay = random_tensor(DType::f32, gate_shape(p, GateKind::per_channel), 97, -0.7, 0.0);
+    ForwardConfig cfg;
+    cfg.snapshots = SnapshotMode::bf16;
+    // fp32 tokens and gk rows take twice the 16-bit case's budget for as many windows
+    expect_streamed_bits(std::string("tcgk") + dtype_name(dtype), data, cfg,
+                         (dtype == DType::f32 ? 16 : 8) * 320 * 1024);
   }
 }
 

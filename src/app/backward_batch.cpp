@@ -18,8 +18,10 @@
 #include "kernels/backward.hpp"
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
-#include "pipeline/backward_reader.hpp"
+#include "pipeline/backward_inputs.hpp"
 #include "pipeline/backward_window_plan.hpp"
+#include "pipeline/grad_write_stage.hpp"
+#include "pipeline/host_buffers.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/signal_cleanup.hpp"
@@ -133,6 +135,7 @@ struct CheckedCase {
   DType dtype = DType::f32;
   std::string group;  // the input case's group, "" for the root
   std::string input_file;  // the forward's input file, found from the forward output (recorded_paths.hpp)
+  DType initial_dtype = DType::f32;  // the input case's initial_state as stored
 };
 
 CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
@@ -152,6 +155,8 @@ CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
   {
     const hdf5::File f = hdf5::open_read_only(c.input_file);
     c.in = inspect_case(f.get(), c.input_file, c.group);
+    if (c.in.has_initial_state)
+      c.initial_dtype = hdf5::dataset_info(f.get(), c.input_file, dataset_path(c.group, "initial_state")).dtype;
   }
   if (rec.gate != gate_dataset_name(c.in.gate))
     throw FileError(r.forward, "was made with gate '" + rec.gate + "', but its input case " + c.input_file + ":" +
@@ -250,6 +255,58 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
   }
 }
 
+// The batch's reads (docs/ARCHITECTURE.md, "The streamed backward"): two
+// reader processes and the shared region of their two slots, each as large
+// as the most a window of the case reads (backward_read_slot_bytes), grown
+// (readers restarted on the new region) when a case needs more. Not
+// page-locked: the window's tensors are copied out of it.
+class ReadPipeline {
+ public:
+  static constexpr int kSlots = 2;
+  explicit ReadPipeline(std::string exe) : exe_(std::move(exe)) {}
+  void ensure(std::int64_t slot_bytes) {
+    if (slots_ && slots_->slot_bytes() >= slot_bytes) return;
+    stop();
+    readers_.clear();
+    slots_.reset();
+    region_ = std::make_unique<pipeline::HostRegion>(kSlots * slot_bytes, true, false);
+    slots_ = std::make_unique<pipeline::SlotPool>(*region_, kSlots);
+    for (int i = 0; i < kSlots; ++i)
+      readers_.push_back(std::make_unique<pipeline::ReaderProcess>(exe_, region_->fd(), region_->bytes()));
+  }
+  std::vector<pipeline::ReaderProcess*> processes() const {
+    std::vector<pipeline::ReaderProcess*> p;
+    for (const auto& r : readers_) p.push_back(r.get());
+    return p;
+  }
+  pipeline::SlotPool& slots() { return *slots_; }
+  std::int64_t slot_bytes() const { return slots_ ? slots_->slot_bytes() : 0; }
+  // Stops the readers, keeping their busy seconds and peak RSS.
+  void stop() {
+    for (auto& r : readers_) {
+      r->stop();
+      busy_ += r->busy_seconds();
+      peak_rss_ = std::max(peak_rss_, r->peak_rss_bytes());
+    }
+    readers_.clear();
+  }
+  double busy_seconds() const { return busy_; }
+  std::int64_t peak_rss_bytes() const { return peak_rss_; }
+
+ private:
+  std::string exe_;
+  std::unique_ptr<pipeline::HostRegion> region_;
+  std::unique_ptr<pipeline::SlotPool> slots_;
+  std::vector<std::unique_ptr<pipeline::ReaderProcess>> readers_;
+  double busy_ = 0;
+  std::int64_t peak_rss_ = 0;
+};
+
+// Where the batch's time went, summed over its cases.
+struct StageTimes {
+  double kernels = 0, waiting_for_reads = 0, writing = 0;
+};
+
 // One case, start to finish; throws on the first problem.
 // The first launch of a kernel configuration loads its module on the device
 // (and unpacks the binary's kernels): in the first case it was 55 ms of
@@ -280,7 +337,7 @@ double warm_up(const Problem& p, const BackwardConfig& config, const BackwardSto
 }
 
 void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std::string& label,
-              BackwardCaseResult& r, std::set<std::string>& warmed) {
+              BackwardCaseResult& r, std::set<std::string>& warmed, ReadPipeline& reads, StageTimes& stages) {
   const Clock::time_point started = Clock::now();
   const CheckedCase c = check_case(opt, r);
   const Problem& p = c.p;
@@ -294,7 +351,8 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   storage.recompute_h = opt.backward.recompute_h;
   storage.gate = c.in.gate;
   const std::int64_t budget = opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget();
-  const std::vector<Window> windows = plan_backward_windows(p, storage, budget);
+  const std::int64_t limit = backward_window_limit(p, storage, budget);
+  const std::vector<Window> windows = plan_backward_windows(p, storage, limit);
   r.windows = static_cast<std::int64_t>(windows.size());
   std::int64_t traffic = 0;
   for (const Window& w : windows) {
@@ -306,16 +364,17 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   src.input_file = c.input_file;
   src.input_group = c.group;
   src.has_initial_state = c.in.has_initial_state;
+  src.initial_dtype = c.initial_dtype;
   src.grad_file = r.grad;
   src.grad_group = c.grad.group;
   src.has_dht = c.grad.has_dht;
   src.forward_file = r.forward;
   src.read_h = !storage.recompute_h;
+  src.h_dtype = c.fw.h_dtype;
   src.input = storage.input;
   src.accumulation = storage.accumulation;
   src.allow_nonfinite = opt.allow_nonfinite;
   src.gate = c.in.gate;
-  const BackwardReader reader(src, p);
   std::unique_ptr<pipeline::PartialRegistration> registration;
   const std::unique_ptr<GradOutputStream> out = open_output(r.output, p, storage, registration);
 
@@ -331,9 +390,30 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
                                       "x" + std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
                                       gate_dataset_name(config.gate);
     if (warmed.insert(configuration).second) r.warm_up_seconds = warm_up(p, config, storage);
-    res = run_streamed_backward(p, config, windows, reader, *out, [&](const Window& w, bool) {
-      progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
-    });
+    reads.ensure(backward_read_slot_bytes(limit));
+    pipeline::BackwardInputs inputs(reads.processes(), reads.slots(), opt.allow_external_data);
+    const Clock::time_point until =
+        Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt.case_timeout * 1000));
+    try {
+      // Two windows' outputs may wait for the writer while the kernels run on a third.
+      pipeline::GradWriteStage writer(*out, 2);
+      try {
+        res = run_streamed_backward(p, config, windows, src, inputs, until, writer, [&](const Window& w, bool) {
+          progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
+        });
+      } catch (...) {
+        stages.writing += writer.busy_seconds();
+        throw;
+      }
+      stages.writing += writer.busy_seconds();
+    } catch (...) {
+      stages.waiting_for_reads += inputs.waited_seconds();
+      inputs.finish();
+      throw;
+    }
+    stages.waiting_for_reads += inputs.waited_seconds();
+    inputs.finish();
+    stages.kernels += res.kernel_seconds;
   } catch (...) {
     progress.end_case();
     throw;
@@ -383,6 +463,9 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   pipeline::install_signal_cleanup();
   const hdf5::ExternalDataScope external(opt.allow_external_data);
   ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
+  const Clock::time_point batch_started = Clock::now();
+  ReadPipeline reads(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe);
+  StageTimes stages;
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;
   std::set<std::string> warmed;  // the kernel configurations warm_up ran
@@ -394,7 +477,8 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
-        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed);
+        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed, reads,
+                 stages);
         reporter.line(progress_line(i + 1, results.size(), r));
         continue;
       } catch (const FileError& e) {
@@ -408,6 +492,15 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     reporter.line(case_counter(i + 1, results.size()) + " " + printable(r.forward) + "  FAILED: " + printable(r.error),
                   true);
   }
+  // Where the time went, as run reports its pipeline (batch_run.cpp).
+  reads.stop();
+  auto sec = [](double x) { return fixed(x, 2) + " s"; };
+  reporter.line("pipeline: wall " + sec(std::chrono::duration<double>(Clock::now() - batch_started).count()) +
+                "; reader busy " + sec(reads.busy_seconds()) + " (" + std::to_string(ReadPipeline::kSlots) +
+                " processes, peak RSS " + std::to_string(reads.peak_rss_bytes() >> 20) + " MiB); kernels " + sec(stages.kernels) +
+                ", waiting for reads " + sec(stages.waiting_for_reads) + "; writer busy " + sec(stages.writing) + "; " +
+                std::to_string(ReadPipeline::kSlots) + " read slots of " +
+                std::to_string(reads.slot_bytes() >> 20) + " MiB");
   return results;
 }
 

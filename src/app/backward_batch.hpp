@@ -28,6 +28,8 @@ struct BackwardOptions {
   bool durable = true;           // fsync each output before its rename
   std::int64_t memory_budget = 0;  // bytes for a case's working set; 0: pipeline::default_memory_budget()
   bool progress_bar = true;        // a redrawn bar when stderr is a terminal
+  double case_timeout = 1800;      // seconds the reader processes may spend on one case
+  std::string reader_exe;          // the program started as the reader process; "": this program
 };
 
 struct BackwardCaseResult {

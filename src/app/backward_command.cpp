@@ -17,6 +17,7 @@ Command add_backward_command(CLI::App& parent) {
     std::vector<std::string> forwards, grads;
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", memory_budget;
     bool recompute_h = false, force = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
+    double case_timeout = 1800;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -57,9 +58,16 @@ Command add_backward_command(CLI::App& parent) {
                 "that names them only (docs/HDF5.md, \"Data outside the file\"); refused by default");
   cmd->add_flag("--no-fsync", o->no_fsync, "Do not flush each output to disk before renaming it into place");
   cmd->add_option("--memory-budget", o->memory_budget,
-                  "Memory for a case's working set, e.g. 512M or 8G (default: a quarter of physical memory); a case "
-                  "larger than it runs in windows of whole chunks, from the last to the first, with the same results")
+                  "Memory for a case's working set, e.g. 512M or 8G (default: a quarter of physical memory): a "
+                  "window's working set takes at most a third of it (the reads ahead and the writes behind take the "
+                  "rest); a case larger than that runs in windows of whole chunks, from the last to the first, with "
+                  "the same results")
       ->check(memory_size_validator());
+  cmd->add_option("--case-timeout", o->case_timeout,
+                  "Seconds the reader processes may spend on one case before they are killed and the case fails; a "
+                  "hang inside a corrupt file costs only its own case")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   return {cmd, [o] {
             if (o->variant != "fused")
@@ -78,6 +86,7 @@ Command add_backward_command(CLI::App& parent) {
             opt.allow_external_data = o->allow_external_data;
             opt.durable = !o->no_fsync;
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
+            opt.case_timeout = o->case_timeout;
             const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_backward_summary(std::cout, results);

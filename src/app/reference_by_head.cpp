@@ -119,10 +119,8 @@ reference::GatedGradients backward_reference_by_head(const Problem& p, const ref
     const reference::GradInputs piece_grad{d_o, g.dht ? &dht : nullptr};
     reference::GatedGradients part;
     if (channels) {
-      reference::ChannelGatedGradients c = reference::gla_backward_chunked(
-          piece.problem(), piece_in, {piece.gather_tokens(gate.log_decay, DK)}, piece_grad);
-      part.dg = std::move(c.dgk);
-      static_cast<reference::Gradients&>(part) = std::move(c);  // dq, dk, dv, dh0
+      part = reference::as_gated_gradients(reference::gla_backward_chunked(
+          piece.problem(), piece_in, {piece.gather_tokens(gate.log_decay, DK)}, piece_grad));
     } else {
       part = gated ? reference::gated_backward_chunked(piece.problem(), piece_in, piece.gate_of(gate), piece_grad)
                    : reference::GatedGradients{reference::backward_chunked(piece.problem(), piece_in, piece_grad), {}, {}};

@@ -35,18 +35,6 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   // The reference runs on the values as stored, whatever they are.
   const CaseData in = read_case(input, group, ReadOptions{true});
   check_recorded_gate(path, rec.gate, input, group, in.gate);
-  // The gate's gradient: dg_gamma [H], dg [B, T, H] or dgk [B, T, H, DK] (q's shape).
-  const bool per_head = in.gate == GateKind::per_head, per_channel = in.gate == GateKind::per_channel;
-  const Tensor& dg_out = per_head ? gd.dg_gamma : per_channel ? gd.dgk : gd.dg;
-  const char* dg_name = per_head ? "dg_gamma" : per_channel ? "dgk" : "dg";
-  const std::vector<std::int64_t> dg_shape =
-      per_head ? std::vector<std::int64_t>{in.q.shape[2]}
-      : per_channel ? in.q.shape
-                    : std::vector<std::int64_t>{in.q.shape[0], in.q.shape[1], in.q.shape[2]};
-  if (in.gate != GateKind::none && dg_out.shape != dg_shape)
-    throw FileError(path, dg_name,
-                    dg_out.empty() ? std::string("missing (the case is gated)")
-                                   : "shape " + shape_string(dg_out.shape) + ", expected " + shape_string(dg_shape));
   const DType dtype = in.q.dtype;
   if (rec.input_dtype != dtype_name(dtype))
     throw FileError(input, dataset_path(group, "q"),
@@ -55,6 +43,15 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   const bool has_s0 = !in.initial_state.empty();
   const Problem p = problem_from_shapes(in.q.shape, in.k.shape, in.v.shape, rec.chunk_size, rec.scale,
                                         has_s0 ? &in.initial_state.shape : nullptr, in.cu_seqlens);
+  // The gate's gradient: dg_gamma [H], dg [B, T, H] or dgk [B, T, H, DK], the gate's shape.
+  const bool per_head = in.gate == GateKind::per_head, per_channel = in.gate == GateKind::per_channel;
+  const Tensor& dg_out = per_head ? gd.dg_gamma : per_channel ? gd.dgk : gd.dg;
+  const std::string dg_name = gate_gradient_name(in.gate);
+  const std::vector<std::int64_t> dg_shape = gate_shape(p, in.gate);
+  if (in.gate != GateKind::none && dg_out.shape != dg_shape)
+    throw FileError(path, dg_name,
+                    dg_out.empty() ? std::string("missing (the case is gated)")
+                                   : "shape " + shape_string(dg_out.shape) + ", expected " + shape_string(dg_shape));
   if (rec.num_sequences != 0 && rec.num_sequences != p.num_sequences())
     throw FileError(path, "attribute 'num_sequences' = " + std::to_string(rec.num_sequences) +
                               ", but the input case holds " + std::to_string(p.num_sequences()) +
@@ -109,11 +106,10 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   if (in.gate != GateKind::none) {
     const double level = operands > 0 ? tensor_core_gate_gradient_level(dtype, bf16_snapshots)
                                       : gate_gradient_level(dtype, bf16_snapshots);
-    const char* name = dg_name;
     const double error = relative_l2(dg_out.to_double(), per_head ? ref.dg_gamma : ref.dg);  // dgk: in ref.dg
     const bool below = error <= level;
     ok = ok && below;
-    table.rows.push_back({name, dtype_name(dg_out.dtype), scientific(error, 3), scientific(level, 2),
+    table.rows.push_back({dg_name, dtype_name(dg_out.dtype), scientific(error, 3), scientific(level, 2),
                           below ? "ok" : "ABOVE LEVEL"});
   }
   out << table.str() << (ok ? "verify: ok" : "verify: FAILED (error above the expected level)") << std::endl;

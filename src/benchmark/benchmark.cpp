@@ -372,10 +372,8 @@ BenchReport bench_backward_typed(const BenchConfig& bc, double copy_gbps) {
   reference::GatedGradients ref;
   if (bc.gate == GateKind::none) static_cast<reference::Gradients&>(ref) = reference::backward(slice, {qs, ks, vs, nullptr}, {dos, nullptr});
   else if (bc.gate == GateKind::per_channel) {  // dgk in ref.dg
-    reference::ChannelGatedGradients c =
-        reference::gla_backward_chunked(slice, {qs, ks, vs, nullptr}, {gate.slice.log_decay}, {dos, nullptr});
-    ref.dg = std::move(c.dgk);
-    static_cast<reference::Gradients&>(ref) = std::move(c);
+    ref = reference::as_gated_gradients(
+        reference::gla_backward_chunked(slice, {qs, ks, vs, nullptr}, {gate.slice.log_decay}, {dos, nullptr}));
   } else {
     ref = reference::gated_backward(slice, {qs, ks, vs, nullptr}, gate.slice, {dos, nullptr});
   }

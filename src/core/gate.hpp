@@ -33,6 +33,10 @@ inline std::vector<std::int64_t> gate_shape(const Problem& p, GateKind k) {
   return {};
 }
 
+// The gate's gradient (linattn backward, docs/HDF5.md): "dg_gamma", "dg" or
+// "dgk", of the gate's own shape (gate_shape).
+inline std::string gate_gradient_name(GateKind k) { return std::string("d") + gate_dataset_name(k); }
+
 // "g_gamma" -> per_head, "g" -> per_token, "gk" -> per_channel, "none" -> none; false for anything else.
 inline bool parse_gate_dataset_name(const std::string& name, GateKind& kind) {
   if (name == "g_gamma") kind = GateKind::per_head;

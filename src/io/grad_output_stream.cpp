@@ -6,15 +6,14 @@ namespace linattn {
 
 GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state,
                                    GateKind gate)
-    : file_(path) {
+    : file_(path), gate_(gate) {
   const hid_t f = file_.id();
   dq_ = hdf5::create_dataset(f, path, "dq", tokens, p.qk_shape(), {}, false);
   dk_ = hdf5::create_dataset(f, path, "dk", tokens, p.qk_shape(), {}, false);
   dv_ = hdf5::create_dataset(f, path, "dv", tokens, p.v_shape(), {}, false);
   dh0_ = hdf5::create_dataset(f, path, "dh0", state, p.state_shape(), {}, false);
-  if (gate == GateKind::per_token) dg_ = hdf5::create_dataset(f, path, "dg", state, {p.B, p.T, p.H}, {}, false);
-  if (gate == GateKind::per_head) dg_ = hdf5::create_dataset(f, path, "dg_gamma", state, {p.H}, {}, false);
-  if (gate == GateKind::per_channel) dg_ = hdf5::create_dataset(f, path, "dgk", state, p.qk_shape(), {}, false);
+  if (gate != GateKind::none)
+    dg_ = hdf5::create_dataset(f, path, gate_gradient_name(gate), state, gate_shape(p, gate), {}, false);
   write_grad_dataset_attributes(f, path, p.varlen());
   if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
 }
@@ -30,8 +29,9 @@ void GradOutputStream::write_dh0(std::int64_t n0, const Tensor& rows) {
 }
 
 void GradOutputStream::write_dg(std::int64_t t0, const Tensor& dg) {
-  if (dg.shape.size() == 4) hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0, 0}, path(), "dgk");
-  else hdf5::write_block_tensor(dg_.get(), dg, {0, t0, 0}, path(), "dg");
+  std::vector<std::int64_t> start(dg.shape.size(), 0);  // [rows, T', H] or [rows, T', H, DK] at token t0
+  start.at(1) = t0;
+  hdf5::write_block_tensor(dg_.get(), dg, start, path(), gate_gradient_name(gate_));
 }
 
 void GradOutputStream::write_dg_gamma(const Tensor& dg_gamma) {

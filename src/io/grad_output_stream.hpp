@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace linattn {
 
@@ -40,6 +41,7 @@ class GradOutputStream {
 
  private:
   hdf5::NewFile file_;
+  GateKind gate_;
   hdf5::Dataset dq_, dk_, dv_, dh0_, dg_;
 };
 

@@ -50,7 +50,7 @@ std::string mib(std::int64_t bytes) {
 
 [[noreturn]] void too_small(std::int64_t need, std::int64_t budget) {
   throw BudgetError("the memory budget is too small for this case's backward: one chunk of every sequence needs " +
-                    mib(need) + ", the budget is " + mib(budget) + " (raise --memory-budget)");
+                    mib(need) + ", a window may take " + mib(budget) + " (a third of the memory budget; raise --memory-budget)");
 }
 
 std::vector<Window> plan_plain(const Problem& p, const BackwardUnits& u, std::int64_t budget) {
@@ -111,6 +111,18 @@ Window whole_case_window(const Problem& p) {
   w.chunk0 = 0;
   w.chunks = p.total_chunks();
   return w;
+}
+
+std::int64_t backward_window_limit(const Problem& p, const BackwardStorage& s, std::int64_t budget) {
+  const BackwardUnits u = units(p, s);
+  // A window of one chunk: of every row (plain), or of one sequence (packed).
+  const std::int64_t one_chunk = p.varlen() ? bytes_of(u, 1, p.chunk, 1, 1) : bytes_of(u, p.B, std::min(p.T, p.chunk), 1, p.B);
+  return std::min(budget / 3, std::max(kBackwardWindowCap, one_chunk));
+}
+
+std::int64_t backward_read_slot_bytes(std::int64_t window_limit) {
+  const std::int64_t bytes = window_limit / 2 + 16 * 64;  // at most 8 blocks, each aligned to 64 bytes
+  return (bytes + 4095) / 4096 * 4096;
 }
 
 std::vector<Window> plan_backward_windows(const Problem& p, const BackwardStorage& s, std::int64_t budget) {

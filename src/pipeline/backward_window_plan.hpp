@@ -36,6 +36,19 @@ std::int64_t backward_window_bytes(const Problem& whole, const BackwardStorage& 
 // The whole case as one window.
 Window whole_case_window(const Problem& whole);
 
+// The working set a window of the case may take under --memory-budget
+// `budget`: a third of it (while the kernels hold one window, the reads ahead
+// fill two slots of at most half a window each, and the outputs of up to two
+// windows wait for the writer), and at most kBackwardWindowCap, so that a
+// case's reads, kernels and writes overlap over several windows, unless one
+// chunk of every sequence needs more.
+constexpr std::int64_t kBackwardWindowCap = std::int64_t(512) << 20;
+std::int64_t backward_window_limit(const Problem& whole, const BackwardStorage& s, std::int64_t budget);
+// The bytes of a read slot for windows of at most `window_limit`: a window
+// reads at most half its working set (each read is counted twice there), plus
+// each block's alignment, page-aligned.
+std::int64_t backward_read_slot_bytes(std::int64_t window_limit);
+
 // One window when the whole case fits `budget`; else the fewest windows that
 // fit (plain: all of equal length but the last; packed: greedy along the
 // row). Throws BudgetError naming the sizes when one chunk of every sequence

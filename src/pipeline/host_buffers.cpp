@@ -12,7 +12,7 @@
 
 namespace linattn::pipeline {
 
-HostRegion::HostRegion(std::int64_t bytes, bool shared) : bytes_(bytes) {
+HostRegion::HostRegion(std::int64_t bytes, bool shared, bool pin) : bytes_(bytes) {
   if (bytes <= 0) return;
   int flags = MAP_PRIVATE | MAP_ANONYMOUS;
   if (shared) {
@@ -28,7 +28,7 @@ HostRegion::HostRegion(std::int64_t bytes, bool shared) : bytes_(bytes) {
     throw std::runtime_error("cannot map " + std::to_string(bytes >> 20) + " MiB of host buffers: " + std::strerror(errno));
   }
   data_ = static_cast<unsigned char*>(p);
-  pinned_ = pin_host_memory(data_, static_cast<std::size_t>(bytes_));
+  pinned_ = pin && pin_host_memory(data_, static_cast<std::size_t>(bytes_));
 }
 
 HostRegion::~HostRegion() {

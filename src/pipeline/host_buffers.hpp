@@ -16,8 +16,9 @@ namespace linattn::pipeline {
 
 class HostRegion {
  public:
-  // shared: a memfd mapping another process can map through fd().
-  HostRegion(std::int64_t bytes, bool shared);
+  // shared: a memfd mapping another process can map through fd(). pin: page-lock it under CUDA (for
+  // copies to the device straight from it).
+  HostRegion(std::int64_t bytes, bool shared, bool pin = true);
   ~HostRegion();
   HostRegion(const HostRegion&) = delete;
   HostRegion& operator=(const HostRegion&) = delete;

@@ -76,8 +76,10 @@ class Worker {
             break;
           }
           case MessageKind::read_window: read(decode_window_read(payload)); break;
+          case MessageKind::read_blocks: read(decode_block_reads(payload)); break;
           case MessageKind::close_case:
             open_.reset();
+            blocks_.clear();
             send_message(socket_, MessageKind::done, "");
             break;
           default: throw std::runtime_error("unknown request");
@@ -182,10 +184,20 @@ class Worker {
     send_message(socket_, MessageKind::done, MessageWriter().i64(static_cast<std::int64_t>(seconds * 1e9)).bytes());
   }
 
+  // A window given as blocks of any datasets (the streamed backward's).
+  void read(const BlockReads& r) {
+    const auto start = std::chrono::steady_clock::now();
+    hdf5::set_external_data_allowed(r.allow_external_data);
+    read_blocks(r.blocks, shared_, shared_bytes_, blocks_);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    send_message(socket_, MessageKind::done, MessageWriter().i64(static_cast<std::int64_t>(seconds * 1e9)).bytes());
+  }
+
   int socket_;
   unsigned char* shared_;
   std::int64_t shared_bytes_;
   std::optional<OpenCase> open_;
+  OpenDatasets blocks_;  // the datasets block reads opened, until close_case
 };
 
 }  // namespace

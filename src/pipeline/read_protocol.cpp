@@ -136,6 +136,40 @@ WindowRead decode_window_read(const std::string& payload) {
   return r;
 }
 
+std::string encode(const BlockReads& r) {
+  MessageWriter w;
+  w.i64(r.allow_external_data).i64(static_cast<std::int64_t>(r.blocks.size()));
+  for (const BlockRead& b : r.blocks)
+    w.str(b.file).str(b.path).i64s(b.start).i64s(b.count).i64(static_cast<std::int64_t>(b.dtype))
+        .i64(static_cast<std::int64_t>(b.check)).str(b.window).i64(b.offset);
+  return w.bytes();
+}
+
+BlockReads decode_block_reads(const std::string& payload) {
+  MessageReader m(payload);
+  BlockReads r;
+  r.allow_external_data = m.i64() != 0;
+  const std::int64_t n = m.i64();
+  if (n < 0 || n > 1024) throw std::runtime_error("a malformed block read request");
+  for (std::int64_t i = 0; i < n; ++i) {
+    BlockRead b;
+    b.file = m.str();
+    b.path = m.str();
+    b.start = m.i64s();
+    b.count = m.i64s();
+    const std::int64_t dtype = m.i64(), check = m.i64();
+    if (dtype < 0 || dtype > static_cast<std::int64_t>(DType::f64) || check < 0 || check > 2 ||
+        b.start.size() != b.count.size())
+      throw std::runtime_error("a malformed block read request");
+    b.dtype = static_cast<DType>(dtype);
+    b.check = static_cast<BlockCheck>(check);
+    b.window = m.str();
+    b.offset = m.i64();
+    r.blocks.push_back(std::move(b));
+  }
+  return r;
+}
+
 std::string encode(const CaseSchema& s) {
   MessageWriter w;
   for (const hdf5::DatasetInfo* info : {&s.q, &s.k, &s.v}) w.i64(static_cast<std::int64_t>(info->dtype)).i64s(info->shape);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "io/input_file.hpp"
+#include "pipeline/block_read.hpp"
 
 #include <chrono>
 #include <cstdint>
@@ -18,6 +19,7 @@ enum class MessageKind : std::uint32_t {
   open_case = 2,    // request: file, group, allow nonfinite, allow external data -> reply schema (read_process.cpp)
   read_window = 3,  // request: WindowRead                -> reply done
   close_case = 4,   // request: nothing                   -> reply done
+  read_blocks = 5,  // request: BlockReads                -> reply done (any job's window: block_read.hpp)
   cases = 11,
   schema = 12,
   done = 13,
@@ -78,6 +80,15 @@ struct WindowRead {
 };
 std::string encode(const WindowRead& r);
 WindowRead decode_window_read(const std::string& payload);
+
+// A window's block reads, with the batch's --allow-external-data for the
+// datasets they open.
+struct BlockReads {
+  bool allow_external_data = false;
+  std::vector<BlockRead> blocks;
+};
+std::string encode(const BlockReads& r);
+BlockReads decode_block_reads(const std::string& payload);
 
 std::string encode(const CaseSchema& s);
 CaseSchema decode_case_schema(const std::string& payload);

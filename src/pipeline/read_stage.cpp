@@ -153,6 +153,17 @@ void ReaderProcess::send_read(const WindowRead& read) {
   ++outstanding_;
 }
 
+void ReaderProcess::send_read(const BlockReads& read) {
+  if (socket_ < 0) start();
+  if (outstanding_ == 0) {  // what a timeout or crash names: the files being read
+    doing_.clear();
+    for (const BlockRead& b : read.blocks)
+      if (doing_.find(b.file) == std::string::npos) doing_ += (doing_.empty() ? "" : ", ") + b.file;
+  }
+  send(MessageKind::read_blocks, encode(read));
+  ++outstanding_;
+}
+
 void ReaderProcess::wait_read(Clock::time_point deadline) {
   if (outstanding_ == 0) throw std::logic_error("no window read outstanding");
   --outstanding_;

@@ -42,6 +42,7 @@ class ReaderProcess {
 
   // Pipelined window reads: send any number, then collect their replies in order.
   void send_read(const WindowRead& read);
+  void send_read(const BlockReads& read);  // needs no open_case; close_case closes what it opened
   void wait_read(Clock::time_point deadline);  // the oldest outstanding one
   // Collects every outstanding reply, ignoring reported errors (after a case failed).
   void drain(Clock::time_point deadline);

@@ -3,6 +3,7 @@
 #include "kernels/forward.hpp"
 
 #include <cstring>
+#include <memory>
 
 namespace linattn {
 namespace {
@@ -40,13 +41,16 @@ Edges edges(const Problem& whole, const Window& w) {
   return e;
 }
 
+Tensor zero_rows(const Problem& p, DType acc, std::int64_t count) { return Tensor(acc, {count, p.H, p.DK, p.DV}); }
+
 // The state rows entering a window: `carried` for the rows that continue,
-// the file's initial_state rows for the sequences that start in it; empty
-// (zero) when the window neither continues nor has a file to read.
-Tensor start_states(const Window& w, const Edges& e, const Tensor& carried, const BackwardReader& in,
-                    bool file_has_them) {
+// the file's initial_state rows (read: `from_file`, or zeros when the file
+// has none) for the sequences that start in it; empty (zero) when the window
+// neither continues nor has a file to read.
+Tensor start_states(const Problem& p, const Edges& e, const Tensor& carried, const Tensor& from_file,
+                    bool file_has_them, DType acc) {
   if (e.in_rows == 0 && !file_has_them) return Tensor();
-  Tensor s = e.in_rows < e.sequences ? in.initial_rows(w.seq_begin, e.sequences) : Tensor();
+  Tensor s = e.in_rows == e.sequences ? Tensor() : file_has_them ? from_file : zero_rows(p, acc, e.sequences);
   if (e.in_rows == 0) return s;
   if (s.empty()) return carried;
   put_rows(s, 0, carried);
@@ -54,47 +58,100 @@ Tensor start_states(const Window& w, const Edges& e, const Tensor& carried, cons
 }
 
 // dht of a window: `carried` (the dS its last rows hand back) for the rows
-// that go on, the file's dht rows for the sequences that end in it; empty
-// (zero) when the window neither carries nor has a file to read.
-Tensor final_gradients(const Window& w, const Edges& e, const Tensor& carried, const BackwardReader& in,
-                       bool file_has_them) {
+// that go on, the file's dht rows (read: `from_file`, or zeros) for the
+// sequences that end in it; empty (zero) when the window neither carries nor
+// has a file to read.
+Tensor final_gradients(const Problem& p, const Edges& e, const Tensor& carried, const Tensor& from_file,
+                       bool file_has_them, DType acc) {
   if (e.out_rows == 0 && !file_has_them) return Tensor();
-  Tensor g = e.out_rows < e.sequences ? in.dht_rows(w.seq_begin, e.sequences) : Tensor();
+  Tensor g = e.out_rows == e.sequences ? Tensor() : file_has_them ? from_file : zero_rows(p, acc, e.sequences);
   if (e.out_rows == 0) return g;
   if (g.empty()) return carried;
   put_rows(g, e.sequences - e.out_rows, carried);
   return g;
 }
 
+// One window of one pass, in the order the passes take them.
+struct Step {
+  std::size_t window = 0;
+  bool backward = false;
+};
+
+// What a step reads: q, k, v and the gate always; the start states'
+// initial_state rows when it recomputes; do, h (unless recomputed) and the
+// final rows' dht in the backward pass. Rows of every sequence of the window,
+// as start_states and final_gradients take them.
+WindowParts parts_of(const Edges& e, const Window& w, bool backward, bool recompute, const BackwardSources& src) {
+  WindowParts parts;
+  parts.d_o = backward;
+  parts.h = backward && !recompute;
+  if ((recompute || !backward) && src.has_initial_state && e.in_rows < e.sequences) {
+    parts.initial_row0 = w.seq_begin;
+    parts.initial_rows = e.sequences;
+  }
+  if (backward && src.has_dht && e.out_rows < e.sequences) {
+    parts.dht_row0 = w.seq_begin;
+    parts.dht_rows = e.sequences;
+  }
+  return parts;
+}
+
+// A window's outputs on their way to the writer.
+struct WindowWrites {
+  std::int64_t t0 = 0;
+  Tensor dq, dk, dv, dg;
+  std::int64_t dh0_row0 = 0;
+  Tensor dh0;  // rows of the sequences that start in the window; empty when none
+};
+
 }  // namespace
 
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
-                                             const std::vector<Window>& windows, const BackwardReader& in,
-                                             GradOutputStream& out,
+                                             const std::vector<Window>& windows, const BackwardSources& src,
+                                             pipeline::BackwardInputs& in, pipeline::Clock::time_point deadline,
+                                             pipeline::GradWriteStage& out,
                                              const std::function<void(const Window&, bool backward)>& window_done) {
   StreamedBackwardResult r;
-  const bool has_initial = in.has_initial_state(), has_dht = in.has_dht();
+  const bool has_initial = src.has_initial_state, has_dht = src.has_dht;
+  const DType acc = src.accumulation;
+
+  // The steps, and their reads in that order: with recompute_h (and more
+  // than one window) the forward pass over the windows whose state goes on,
+  // then the backward from the last window to the first.
+  const bool forward_pass = config.recompute_h && windows.size() > 1;
+  std::vector<Step> steps;
+  for (std::size_t i = 0; forward_pass && i < windows.size(); ++i)
+    if (edges(whole, windows[i]).out_rows > 0) steps.push_back({i, false});
+  for (std::size_t i = windows.size(); i-- > 0;) steps.push_back({i, true});
+  std::vector<BackwardWindowRead> reads;
+  for (const Step& s : steps) {
+    const Window& w = windows[s.window];
+    reads.push_back(backward_window_read(src, whole, w, parts_of(edges(whole, w), w, s.backward,
+                                                                   config.recompute_h, src)));
+  }
+  in.start(src, std::move(reads), deadline);
+  std::size_t step = 0;
 
   // With recompute_h: the forward state at the start of each window that
   // continues, from a forward pass in token order.
   std::vector<Tensor> starts(windows.size());
-  if (config.recompute_h && windows.size() > 1) {
+  if (forward_pass) {
     Tensor carry;
     ForwardConfig forward;
     forward.snapshots = SnapshotMode::none;
     forward.segments = 1;  // never split: the windows' states are then the whole case's bits (kernels/backward.cpp)
+    forward.gate = config.gate;
     for (std::size_t i = 0; i < windows.size(); ++i) {
       const Window& w = windows[i];
       const Edges e = edges(whole, w);
       starts[i] = carry;
       if (e.out_rows > 0) {  // only what goes on into the next window is needed
+        const BackwardWindowData d = in.next();
+        ++step;
         const Problem wp = window_problem(whole, w);
-        const Tensor s0 = start_states(w, e, carry, in, has_initial);
-        const BackwardReader::Tokens t = in.tokens(w, false);
-        const Tensor g = in.gate(w);
-        forward.gate = config.gate;
-        const ForwardOutput f =
-            run_forward(wp, forward, t.q, t.k, t.v, s0.empty() ? nullptr : &s0, nullptr, g.empty() ? nullptr : &g);
+        const Tensor s0 = start_states(whole, e, carry, d.initial_rows, has_initial, acc);
+        const ForwardOutput f = run_forward(wp, forward, d.q, d.k, d.v, s0.empty() ? nullptr : &s0, nullptr,
+                                            d.gate.empty() ? nullptr : &d.gate);
         r.upload_seconds += f.upload_seconds;
         r.kernel_seconds += f.kernel_seconds;
         r.download_seconds += f.download_seconds;
@@ -110,39 +167,52 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
   // sums within each chunk, so dS is all a window needs from the later ones).
   Tensor dS;
   std::vector<double> dg_gamma(static_cast<std::size_t>(whole.H), 0.0);  // g_gamma: dg summed over every token
-  DType accumulation = DType::f32;
-  for (std::size_t i = windows.size(); i-- > 0;) {
-    const Window& w = windows[i];
+  for (; step < steps.size(); ++step) {
+    const Window& w = windows[steps[step].window];
     const Edges e = edges(whole, w);
     const Problem wp = window_problem(whole, w);
-    const BackwardReader::Tokens t = in.tokens(w, true);
-    const Tensor h = config.recompute_h ? Tensor() : in.h(w);
-    const Tensor s0 = config.recompute_h ? start_states(w, e, starts[i], in, has_initial) : Tensor();
-    const Tensor dht = final_gradients(w, e, dS, in, has_dht);
-    const Tensor g = in.gate(w);
-    const BackwardOutput b =
-        run_backward(wp, config, t.q, t.k, t.v, config.recompute_h ? nullptr : &h, s0.empty() ? nullptr : &s0, t.d_o,
-                     dht.empty() ? nullptr : &dht, g.empty() ? nullptr : &g);
+    const BackwardWindowData d = in.next();
+    const Tensor s0 =
+        config.recompute_h ? start_states(whole, e, starts[steps[step].window], d.initial_rows, has_initial, acc)
+                           : Tensor();
+    const Tensor dht = final_gradients(whole, e, dS, d.dht_rows, has_dht, acc);
+    BackwardOutput b = run_backward(wp, config, d.q, d.k, d.v, config.recompute_h ? nullptr : &d.h,
+                                    s0.empty() ? nullptr : &s0, d.d_o, dht.empty() ? nullptr : &dht,
+                                    d.gate.empty() ? nullptr : &d.gate);
     r.upload_seconds += b.upload_seconds;
     r.kernel_seconds += b.kernel_seconds;
     r.download_seconds += b.download_seconds;
     r.gemm = b.gemm;
-    out.write_tokens(w.t0, b.dq, b.dk, b.dv);
     // dh0 of the sequences that start here is final; that of the rows that
     // continue from the window before is the dS it takes as dht.
-    if (e.in_rows < e.sequences)
-      out.write_dh0(w.seq_begin + e.in_rows, row_slice(b.dh0, e.in_rows, e.sequences - e.in_rows));
-    dS = e.in_rows > 0 ? row_slice(b.dh0, 0, e.in_rows) : Tensor();
-    if (config.gate == GateKind::per_token || config.gate == GateKind::per_channel) out.write_dg(w.t0, b.dg);
-    accumulation = b.dh0.dtype;
-    if (config.gate == GateKind::per_head) {
-      const std::vector<double> d = b.dg.to_double();
-      for (std::size_t i = 0; i < d.size(); ++i) dg_gamma[i % dg_gamma.size()] += d[i];
+    auto writes = std::make_shared<WindowWrites>();
+    writes->t0 = w.t0;
+    if (e.in_rows < e.sequences) {
+      writes->dh0_row0 = w.seq_begin + e.in_rows;
+      writes->dh0 = row_slice(b.dh0, e.in_rows, e.sequences - e.in_rows);
     }
+    dS = e.in_rows > 0 ? row_slice(b.dh0, 0, e.in_rows) : Tensor();
+    if (config.gate == GateKind::per_head) {
+      const std::vector<double> dg = b.dg.to_double();
+      for (std::size_t j = 0; j < dg.size(); ++j) dg_gamma[j % dg_gamma.size()] += dg[j];
+    } else if (config.gate != GateKind::none) {
+      writes->dg = std::move(b.dg);
+    }
+    writes->dq = std::move(b.dq);
+    writes->dk = std::move(b.dk);
+    writes->dv = std::move(b.dv);
+    out.submit([writes](GradOutputStream& o) {
+      o.write_tokens(writes->t0, writes->dq, writes->dk, writes->dv);
+      if (!writes->dh0.empty()) o.write_dh0(writes->dh0_row0, writes->dh0);
+      if (!writes->dg.empty()) o.write_dg(writes->t0, writes->dg);
+    });
     window_done(w, true);
   }
-  if (config.gate == GateKind::per_head)
-    out.write_dg_gamma(Tensor::from_double(accumulation, {whole.H}, dg_gamma));
+  if (config.gate == GateKind::per_head) {
+    const Tensor total = Tensor::from_double(acc, {whole.H}, dg_gamma);
+    out.submit([total](GradOutputStream& o) { o.write_dg_gamma(total); });
+  }
+  out.drain();
   return r;
 }
 

@@ -14,12 +14,16 @@
 // pass over the windows in order (run_forward, fused, from the carried final
 // state) keeps only those, then each window recomputes its snapshots from its
 // start state inside run_backward.
+//
+// Reading, the kernels and writing overlap: reader processes read the next
+// windows (backward_inputs.hpp) and a writer thread writes the last ones
+// (grad_write_stage.hpp) while run_backward runs on this one.
 #pragma once
 
 #include "core/problem.hpp"
-#include "io/grad_output_stream.hpp"
 #include "kernels/backward.hpp"
-#include "pipeline/backward_reader.hpp"
+#include "pipeline/backward_inputs.hpp"
+#include "pipeline/grad_write_stage.hpp"
 #include "pipeline/window_plan.hpp"
 
 #include <cstdint>
@@ -33,12 +37,15 @@ struct StreamedBackwardResult {
   GemmPath gemm = GemmPath::kokkos_kernels;                            // the backward's path
 };
 
-// Runs the windows (in token order, as plan_backward_windows gives them) and
-// writes dq, dk, dv and dh0 into `out` window by window. `window_done` is
-// called after each window of each pass (forward: false) with the window.
+// Runs the windows (in token order, as plan_backward_windows gives them),
+// reading them through `in` (until `deadline`), and writes dq, dk, dv and dh0
+// (and the gate's gradient) through `out` window by window; drains `out`
+// before it returns. `window_done` is called after each window of each pass
+// (forward: false) with the window.
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
-                                             const std::vector<Window>& windows, const BackwardReader& in,
-                                             GradOutputStream& out,
+                                             const std::vector<Window>& windows, const BackwardSources& src,
+                                             pipeline::BackwardInputs& in, pipeline::Clock::time_point deadline,
+                                             pipeline::GradWriteStage& out,
                                              const std::function<void(const Window&, bool backward)>& window_done);
 
 }  // namespace linattn

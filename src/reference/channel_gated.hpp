@@ -9,8 +9,10 @@
 #pragma once
 
 #include "reference/backward.hpp"
+#include "reference/gated.hpp"
 #include "reference/references.hpp"
 
+#include <utility>
 #include <vector>
 
 namespace linattn::reference {
@@ -43,6 +45,15 @@ Result gla_chunked(const Problem& p, const Inputs& in, const ChannelGate& gate);
 struct ChannelGatedGradients : Gradients {  // dq, dk, dv, dh0 as in backward.hpp
   std::vector<double> dgk;                  // [B, T, H, DK]
 };
+
+// The gk gradients in the scalar gates' form, dgk in dg: what verify and
+// bench compare every gate kind's gradients by.
+inline GatedGradients as_gated_gradients(ChannelGatedGradients c) {
+  GatedGradients g;
+  g.dg = std::move(c.dgk);
+  static_cast<Gradients&>(g) = std::move(c);  // dq, dk, dv, dh0
+  return g;
+}
 
 // The backward by definition, token by token, with G_t = dL/dS_t:
 //   G_t = scale * q_t do_t^T + diag(a_{t+1}) G_{t+1}  (G_T's successor is dht, undecayed)
