@@ -77,6 +77,7 @@ def main():
     ap.add_argument("--shape", default="8,8192,16,128,128", help="B,T,H,DK,DV")
     ap.add_argument("--cases", type=int, default=4)
     ap.add_argument("--workdir", default="/dev/shm/linattn-e2e-backward")
+    ap.add_argument("--no-script", action="store_true", help="time linattn alone (no fla script)")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=4, metavar=("INPUT", "GRAD", "OUTDIR", "SCALE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -92,14 +93,18 @@ def main():
     inp, grad, fwd = os.path.join(w, "in.h5"), os.path.join(w, "grad.h5"), os.path.join(w, "fwd")
     run = lambda *a: subprocess.run([args.linattn, *a], check=True, stdout=subprocess.DEVNULL)
     run("generate", "-o", inp, "--shape", args.shape, "--dtype", "bf16", "--seed", "11", "--cases", str(args.cases))
+    subprocess.run(["cat", inp], stdout=subprocess.DEVNULL, check=True)
+    # The forward of the same cases, timed: issue 29 compares the backward's wall time with run's.
+    t0 = time.perf_counter()
     run("run", inp, "-o", fwd, "--snapshots", "bf16", "--no-fsync")
+    run_wall = time.perf_counter() - t0
     run("generate", "--grad", inp, "-o", grad, "--seed", "12")
     outputs = sorted(os.path.join(fwd, n) for n in os.listdir(fwd))
     for p in [inp, grad] + outputs:
         subprocess.run(["cat", p], stdout=subprocess.DEVNULL, check=True)
     bytes_in = sum(os.path.getsize(p) for p in [inp, grad] + outputs)
 
-    rows = []
+    rows = [{"job": "linattn run --snapshots bf16 --no-fsync (the forward of the same cases)", "wall_s": round(run_wall, 3)}]
     cmd = [args.linattn, "backward", *outputs, "-o", os.path.join(w, "lin"), "--force", "--no-fsync"]
     for _ in outputs:
         cmd += ["--grad", grad]
@@ -110,6 +115,14 @@ def main():
     print(p.stdout)
     rows.append({"job": "linattn backward --no-fsync", "wall_s": round(wall, 3), "peak_rss": rss})
 
+    if args.no_script:
+        for r in rows:
+            print(json.dumps(r))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"shape": args.shape, "cases": args.cases, "bytes_in": bytes_in, "rows": rows}, fh, indent=2)
+        shutil.rmtree(w, ignore_errors=True)
+        return
     os.makedirs(os.path.join(w, "script"))
     scale = int(args.shape.split(",")[3]) ** -0.5  # linattn run's default, DK^-0.5, which the backward reads from the forward output
     t0 = time.perf_counter()

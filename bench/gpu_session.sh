@@ -102,6 +102,15 @@ for step in $steps; do
     e2e-backward)  # linattn backward file to file beside the h5py + torch + fla backward script (outputs in RAM)
       python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
         --cases 4 --json "$LOGS/e2e-backward.json" 2>&1 | tee "$LOGS/e2e-backward.txt" ;;
+    e2e-backward-vs-run)  # linattn backward beside linattn run on the same 4 cases (issue 29's 1.5x), no fla script
+      python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
+        --cases 4 --no-script --json "$LOGS/e2e-backward-vs-run.json" 2>&1 | tee "$LOGS/e2e-backward-vs-run.txt" ;;
+    compare-fp32-key-halves)  # fp32 heads past DK 128 (two halves of the keys) beside fla's fp32 forward, and the registers path they took before
+      for gemm in auto registers; do
+        python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp32 --gemm $gemm \
+          --shape 4,8192,16,256 --shape 2,8192,8,256,512 --shape 8,4096,16,192 --reps 10 \
+          --json "$LOGS/compare-fla-fp32-key-halves-$gemm.json" 2>&1 | tee "$LOGS/compare-fla-fp32-key-halves-$gemm.txt"
+      done ;;
     write-bandwidth)  # what writing BYTES (default 3.25 GB, run's output of 4 cases of 8,8192,16,128) costs where run writes: dd into 1 and into 4 files, pwrite into one file from 1-8 threads
       d=${WRITE_DIR:-/dev/shm/linattn-write-bandwidth}; bytes=${BYTES:-3254810848}; rm -rf "$d"; mkdir -p "$d"
       {

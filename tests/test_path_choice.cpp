@@ -118,12 +118,43 @@ TEST(PathChoice, Fp32OnCudaTakesTensorCores) {
   }
 }
 
-// Above DK 128 fp32 tiles do not fit in shared memory: the portable kernels run.
-TEST(PathChoice, Fp32AboveDk128OnCudaTakesRegisters) {
+// Above DK 128 fp32 tiles do not fit in shared memory: an even head runs as
+// two halves of its keys on tensor cores (plain and packed, gated too);
+// an odd one, or a normalized one, on the portable kernels.
+TEST(PathChoice, Fp32EvenHeadsAboveDk128OnCudaTakeTensorCoresAsKeyHalves) {
   PathFacts f = on_cuda();
   f.input = DType::f32;
-  f.DK = 129;
+  for (std::int64_t dk : {130, 192, 250, 256}) {
+    f.DK = dk;
+    EXPECT_EQ(path_of(f), GemmPath::tensor_core) << "DK " << dk;
+  }
+  f.packed = true;
+  f.gated = true;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.gated = false;
+  f.channel_gated = true;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+}
+
+TEST(PathChoice, Fp32OddHeadsAboveDk128OnCudaTakeRegisters) {
+  PathFacts f = on_cuda();
+  f.input = DType::f32;
+  for (std::int64_t dk : {129, 191, 255}) {
+    f.DK = dk;
+    EXPECT_EQ(path_of(f), GemmPath::registers) << "DK " << dk;
+  }
+}
+
+TEST(PathChoice, Fp32NormalizedAboveDk128OnCudaTakesRegisters) {
+  PathFacts f = on_cuda();
+  f.input = DType::f32;
+  f.normalize = true;
+  f.DK = 128;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.DK = 256;
   EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.input = DType::bf16;  // 16-bit heads of 256 keys run whole, normalized too
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 TEST(PathChoice, Fp64OnCudaTakesRegisters) {
@@ -376,11 +407,38 @@ TEST(PathChoice, Fp64WithTensorCoreIsRefused) {
   EXPECT_TRUE(contains(refusal_of(f), "fp16, bf16 or fp32 inputs, not fp64")) << refusal_of(f);
 }
 
-TEST(PathChoice, Fp32AboveDk128WithTensorCoreIsRefused) {
+TEST(PathChoice, Fp32OddAboveDk128WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.input = DType::f32;
+  f.DK = 255;
+  EXPECT_TRUE(contains(refusal_of(f), "fp32 inputs up to DK 128, or an even DK up to 256")) << refusal_of(f);
+  EXPECT_TRUE(contains(refusal_of(f), "here DK 255")) << refusal_of(f);
+}
+
+TEST(PathChoice, Fp32NormalizedAboveDk128WithTensorCoreIsRefused) {
+  PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
+  f.input = DType::f32;
+  f.DK = 192;
+  f.normalize = true;
+  EXPECT_TRUE(contains(refusal_of(f), "normalizes fp32 inputs up to DK 128 only")) << refusal_of(f);
+}
+
+// Each key half of a 256-key fp32 head is a 128-row DK tile: blocks of at
+// most 64 columns; each counts as a grid row.
+TEST(PathChoice, Fp32KeyHalvesTakeTheirTilesBlockAndGridLimits) {
   PathFacts f = asking(on_cuda(), GemmPath::tensor_core);
   f.input = DType::f32;
   f.DK = 256;
-  EXPECT_TRUE(contains(refusal_of(f), "fp32 inputs up to DK 128")) << refusal_of(f);
+  f.block_dv = 64;
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
+  f.block_dv = 128;
+  EXPECT_TRUE(contains(refusal_of(f), "block_dv 128 is wider than DK 256 with fp32 inputs allows (64)")) << refusal_of(f);
+  f.block_dv = 0;
+  f.B = 1;
+  f.H = 40000;  // 80000 grid rows as halves
+  EXPECT_TRUE(contains(refusal_of(f), "(times 2 key halves) exceeds the CUDA grid limit")) << refusal_of(f);
+  f.input = DType::bf16;  // whole heads: 40000 rows
+  EXPECT_EQ(path_of(f), GemmPath::tensor_core);
 }
 
 // fp32 tiles of a 128-row DK tile leave room for blocks of 64 columns, of a 64-row one for 128.

@@ -245,7 +245,8 @@ TEST(StatePass, TensorCoresMatchTheReferenceOnGpu) {
   for (const Problem& p : tensor_core_problems())
     for (DType dtype : {DType::bf16, DType::f16, DType::f32})
       for (bool normalize : {false, true}) {
-        if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 tensor cores end at DK 128 (tile_rules.hpp)
+        // fp32 heads past DK 128 run as two halves of their keys, without normalization (tile_rules.hpp)
+        if (dtype == DType::f32 && p.DK > 128 && normalize) continue;
         SCOPED_TRACE(std::string(dtype_name(dtype)) + " DK " + std::to_string(p.DK) + " DV " + std::to_string(p.DV) +
                      (normalize ? " normalize" : ""));
         ForwardConfig cfg;
@@ -277,7 +278,6 @@ TEST(StatePass, GatedTensorCoresMatchTheReferenceOnGpu) {
   for (const Problem& p : tensor_core_problems())
     for (const testing::GateCase& g : testing::gate_cases(p, seed + 50))
       for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
-        if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 tensor cores end at DK 128 (tile_rules.hpp)
         SCOPED_TRACE(g.name + " " + dtype_name(dtype) + " DK " + std::to_string(p.DK) + " DV " + std::to_string(p.DV));
         ForwardConfig cfg;
         cfg.gate = g.kind;

@@ -69,7 +69,6 @@ TEST(TensorCoreChannelGated, EveryHeadSizeTypeAndDecayMatchesReference) {
     for (const testing::ChannelCase& g : testing::channel_cases(p, seed += 10))
       for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
         ++seed;
-        if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 inputs take tensor cores up to DK 128
         expect_tensor_core_channel_gated(p, g, dtype, false, SnapshotMode::bf16, true, seed);
         expect_tensor_core_channel_gated(p, g, dtype, true, SnapshotMode::accumulation, false, seed);
       }

@@ -2,7 +2,8 @@
 // Elem<float>: fp32 tiles in shared memory, three TF32 products per
 // product), against the fp64 reference at fp32's level (forward_check.hpp:
 // 1e-5 relative L2 for o, h, final_state and z_state, outputs poisoned
-// first): every head size up to DK 128 and DV 512, plain and packed batches,
+// first): every head size up to DK 128 and DV 512, even ones up to DK 256
+// as two halves of their keys, plain and packed batches,
 // initial states, forced segments, fp32 and bf16 snapshots, normalization,
 // explicit block widths, and the state pass. CUDA builds only: elsewhere
 // these tests report themselves skipped.
@@ -102,6 +103,66 @@ TEST(TensorCoreFp32, EveryBlockWidthMatchesReference) {
     ASSERT_EQ(out.gemm, GemmPath::tensor_core);
     EXPECT_EQ(out.block_dv, block_dv);
   }
+}
+
+// Even heads past DK 128 run as two halves of their keys (tile_rules.hpp,
+// fp32_key_parts; fused_tensor_core.hpp, run_fp32_key_halves): halves that
+// fill their tiles (256) and padded ones (192: 96, 130: 65, 250: 125), DV
+// from 17 (element-wise copies of v and sums of o) to 512, plain batches
+// whole and forced into segments, packed ones whole, split and as chosen,
+// fp32 and bf16 snapshots, with and without initial states, and the block
+// widths a half's 128-row tile allows. The state and h rows of both halves
+// are the head's, so h and final_state are checked whole.
+TEST(TensorCoreFp32, KeyHalvesMatchReference) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
+  const Problem problems[] = {plain(2, 130, 2, 256, 256), plain(1, 200, 2, 192, 80), plain(1, 100, 2, 130, 512),
+                              plain(1, 150, 3, 250, 64), plain(1, 129, 2, 256, 17)};
+  std::uint64_t seed = 3950;
+  for (const Problem& p : problems)
+    for (bool state : {false, true}) {
+      const ProblemInputs in = random_inputs(p, DType::f32, ++seed, state);
+      for (int segments : {1, 3})
+        for (SnapshotMode snaps : {SnapshotMode::accumulation, SnapshotMode::bf16}) {
+          const ForwardConfig cfg = tensor_cores(segments, 0, false, snaps, false);
+          SCOPED_TRACE(describe(p, cfg, DType::f32, state));
+          const ForwardOutput out = testing::expect_matches_reference(p, cfg, in);
+          ASSERT_EQ(out.gemm, GemmPath::tensor_core);
+          EXPECT_EQ(out.o.dtype, DType::f32);
+          EXPECT_EQ(out.segments, segments);
+        }
+    }
+  const Problem packed_problems[] = {packed({1, 63, 64, 65, 300}, 2, 256, 96), packed({300, 64, 1, 63, 65}, 1, 160, 48)};
+  for (const Problem& p : packed_problems)
+    for (bool state : {false, true}) {
+      const ProblemInputs in = random_inputs(p, DType::f32, ++seed, state);
+      for (int segments : {0, 1, 3}) {
+        const ForwardConfig cfg = tensor_cores(segments, 0, false, SnapshotMode::accumulation, false);
+        SCOPED_TRACE(describe(p, cfg, DType::f32, state));
+        const ForwardOutput out = testing::expect_matches_reference(p, cfg, in);
+        ASSERT_EQ(out.gemm, GemmPath::tensor_core);
+      }
+    }
+  for (std::int64_t block_dv : {32, 64}) {
+    const Problem p = plain(2, 150, 2, 256, 128);
+    const ProblemInputs in = random_inputs(p, DType::f32, ++seed, true);
+    const ForwardConfig cfg = tensor_cores(1, block_dv, false, SnapshotMode::accumulation, false);
+    SCOPED_TRACE(describe(p, cfg, DType::f32, true));
+    const ForwardOutput out = testing::expect_matches_reference(p, cfg, in);
+    ASSERT_EQ(out.gemm, GemmPath::tensor_core);
+    EXPECT_EQ(out.block_dv, block_dv);
+  }
+}
+
+// Normalized fp32 heads past DK 128 divide by the whole head's q . z, which
+// the key halves do not have: auto takes the portable kernels, still right.
+TEST(TensorCoreFp32, NormalizedPastDk128TakesThePortableKernels) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core kernel is not built";
+  const Problem p = plain(1, 130, 2, 256, 64);
+  const ProblemInputs in = random_inputs(p, DType::f32, 3990, true, true, true);
+  ForwardConfig cfg = tensor_cores(0, 0, false, SnapshotMode::accumulation, true);
+  cfg.gemm = GemmPath::automatic;
+  const ForwardOutput out = testing::expect_matches_reference(p, cfg, in);
+  EXPECT_NE(out.gemm, GemmPath::tensor_core);
 }
 
 // Long sequences: the state is carried over 64 chunks in fp32 (the

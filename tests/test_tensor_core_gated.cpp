@@ -64,7 +64,6 @@ TEST(TensorCoreGated, EveryHeadSizeTypeAndGateMatchesReference) {
     for (const testing::GateCase& g : testing::gate_cases(p, seed))
       for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
         ++seed;
-        if (dtype == DType::f32 && p.DK > 128) continue;  // fp32 inputs take tensor cores up to DK 128
         expect_tensor_core_gated(p, g, dtype, false, SnapshotMode::bf16, true, seed);
         expect_tensor_core_gated(p, g, dtype, true, SnapshotMode::accumulation, false, seed);
       }
@@ -92,7 +91,6 @@ TEST(TensorCoreGated, SplitSequencesMatchReference) {
     for (const testing::GateCase& g : testing::gate_cases(sp.p, seed))
       for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
         ++seed;
-        if (dtype == DType::f32 && sp.p.DK > 128) continue;  // fp32 inputs take tensor cores up to DK 128
         EXPECT_EQ(expect_tensor_core_gated(sp.p, g, dtype, false, SnapshotMode::bf16, true, seed, sp.segments),
                   sp.segments);
         EXPECT_EQ(expect_tensor_core_gated(sp.p, g, dtype, true, SnapshotMode::accumulation, true, seed, sp.segments),

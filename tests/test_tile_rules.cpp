@@ -23,6 +23,23 @@ TEST(TileRules, DkTileIsTheSmallestThatHoldsTheHead) {
   EXPECT_EQ(dk_tile(0), 0);
 }
 
+// fp32 heads the kernels take whole (1), as two halves of their keys (2, even
+// DK past 128), or not at all (0: odd past 128, or past 256).
+TEST(TileRules, Fp32KeyParts) {
+  EXPECT_EQ(fp32_key_parts(1), 1);
+  EXPECT_EQ(fp32_key_parts(100), 1);
+  EXPECT_EQ(fp32_key_parts(128), 1);
+  EXPECT_EQ(fp32_key_parts(129), 0);
+  EXPECT_EQ(fp32_key_parts(130), 2);
+  EXPECT_EQ(fp32_key_parts(192), 2);
+  EXPECT_EQ(fp32_key_parts(255), 0);
+  EXPECT_EQ(fp32_key_parts(256), 2);
+  EXPECT_EQ(fp32_key_parts(258), 0);
+  // each half fits the 128-row tile, whose fp32 tiles allow blocks of 64
+  EXPECT_EQ(dk_tile(256 / fp32_key_parts(256)), 128);
+  EXPECT_EQ(max_block_dv(dk_tile(192 / fp32_key_parts(192)), true, true), 64);
+}
+
 // A 256-row tile leaves room for two groups of 32 columns a block with one
 // 16-bit state tile, one group with two (fp32 o: hi and lo).
 TEST(TileRules, WidestBlockTheDkTileAllows) {

@@ -33,8 +33,6 @@ namespace {
 // The shapes the tensor-core kernel runs (src/kernels/cuda/tile_rules.hpp): any
 // head up to DK 256 and DV 512, zero-padded on chip to its tiles.
 constexpr const char* kTensorCoreShape = "chunk 64, DK in 1..256 and DV in 1..512";
-// fp32 inputs keep fp32 tiles: up to the 128-row DK tile (tile_rules.hpp, max_block_dv).
-constexpr int kMaxFp32TensorCoreDK = 128;
 bool tensor_core_shape(std::int64_t chunk, std::int64_t DK, std::int64_t DV) {
   return chunk == 64 && DK >= 1 && DK <= cuda::kMaxTensorCoreDK && DV >= 1 && DV <= cuda::kMaxTensorCoreDV;
 }
@@ -58,17 +56,23 @@ std::string tensor_core_refusal(const PathFacts& f) {
     return std::string("the tensor-core kernel needs ") + kTensorCoreShape + " (here chunk " + std::to_string(f.chunk) +
            ", DK " + std::to_string(f.DK) + ", DV " + std::to_string(f.DV) + ")";
   const bool fp32 = f.input == DType::f32;
-  if (fp32 && f.DK > kMaxFp32TensorCoreDK)
-    return "the tensor-core kernel takes fp32 inputs up to DK " + std::to_string(kMaxFp32TensorCoreDK) +
-           " (their fp32 tiles of a 256-row DK tile do not fit in shared memory), here DK " + std::to_string(f.DK);
+  // fp32 heads past DK 128 run as two halves of their keys (cuda/tile_rules.hpp, fp32_key_parts).
+  const int parts = fp32 ? cuda::fp32_key_parts(static_cast<int>(f.DK)) : 1;
+  if (parts == 0)
+    return "the tensor-core kernel takes fp32 inputs up to DK 128, or an even DK up to 256 (run as two halves of "
+           "the keys; a 256-row DK tile's fp32 tiles do not fit in shared memory), here DK " + std::to_string(f.DK);
+  if (parts == 2 && f.normalize)
+    return "the tensor-core kernel normalizes fp32 inputs up to DK 128 only (above, a head runs as two halves of "
+           "its keys, and o is divided by the whole head's q . z), here DK " + std::to_string(f.DK);
   if (f.block_dv != 0 && f.block_dv != 32 && f.block_dv != 64 && f.block_dv != 128)
     return "the tensor-core kernel takes block_dv 32, 64 or 128, not " + std::to_string(f.block_dv);
-  const int widest = cuda::max_block_dv(cuda::dk_tile(static_cast<int>(f.DK)), f.one_state_tile, fp32);
+  const int widest = cuda::max_block_dv(cuda::dk_tile(static_cast<int>(f.DK) / parts), f.one_state_tile, fp32);
   if (f.block_dv > widest)
     return "block_dv " + std::to_string(f.block_dv) + " is wider than DK " + std::to_string(f.DK) +
            (fp32 ? " with fp32 inputs" : "") + " allows (" + std::to_string(widest) + ")";
-  if (f.B * f.H > kMaxGridRows)
-    return "B * H = " + std::to_string(f.B * f.H) + " exceeds the CUDA grid limit of " + std::to_string(kMaxGridRows);
+  if (f.B * f.H * parts > kMaxGridRows)
+    return "B * H = " + std::to_string(f.B * f.H) + (parts == 2 ? " (times 2 key halves)" : "") +
+           " exceeds the CUDA grid limit of " + std::to_string(kMaxGridRows);
   return {};
 }
 
@@ -121,8 +125,8 @@ std::string gemm_option_help() {
   return std::string("Tile products. auto: tensorcore where it can run, else hosttile on host backends, else "
                      "registers (fused and materialized, when their tiles fit the team scratch), else "
                      "kokkoskernels. tensorcore: CUDA, fused, fp16/bf16 inputs, ") +
-         kTensorCoreShape + " (fp32 inputs: DK up to 128), block_dv 32, 64 or 128 (32 above DK 128, and above DK "
-         "64 with fp32 inputs; or 0), B * H <= " + std::to_string(kMaxGridRows) +
+         kTensorCoreShape + " (fp32 inputs: DK up to 128, or even up to 256 as two halves of the keys, not "
+         "normalized), block_dv 32, 64 or 128 (32 above DK 128, and above DK 64 with fp32 inputs; or 0), B * H <= " + std::to_string(kMaxGridRows) +
          ", plain or packed batches. registers: portable register-blocked kernels, fused and materialized. "
          "hosttile: host backends, every variant. kokkoskernels: portable KokkosBatched tile GEMMs, every backend "
          "and variant. A choice other than auto that cannot run is refused with the reason";

@@ -26,8 +26,8 @@ GemmPath parse_gemm_path(const std::string& s);  // auto, kokkoskernels, tensorc
 // Where the kernels run: Kokkos' default execution space.
 enum class Backend { cuda, host, other_device };
 
-// Everything the choice depends on. o's type, the snapshot type and
-// normalization are not here: every path takes each of them.
+// Everything the choice depends on. o's type and the snapshot type are not
+// here: every path takes each of them.
 struct PathFacts {
   Backend backend = Backend::host;
   Variant variant = Variant::fused;
@@ -49,6 +49,9 @@ struct PathFacts {
   // steps (kokkoskernels, hosttile), the recurrent variant and the tensor-core
   // kernel on whole sequences take it; the register-blocked kernels do not yet.
   bool channel_gated = false;
+  // fla's normalize=True: every path takes it, but fp32 heads past DK 128
+  // on tensor cores (run as two halves of their keys) do not.
+  bool normalize = false;
   // "" when register_tiles::make_plan finds a plan in this backend's team
   // scratch for these types, this shape and the gate (its decay rows);
   // otherwise its reason.

@@ -50,6 +50,7 @@ PathFacts path_facts_here(const Problem& p, const ForwardConfig& config) {
   f.segments = config.segments;
   f.gated = config.gate != GateKind::none;
   f.channel_gated = channel_gate(config.gate);
+  f.normalize = config.normalize;
   // as the kernel's kOneStateTile (cuda/fused_tensor_core.hpp, the launcher)
   f.one_state_tile = !config.output_fp32 && !(f.input == DType::f16 && config.snapshots == SnapshotMode::bf16);
   f.register_plan_refusal =

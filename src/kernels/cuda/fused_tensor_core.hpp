@@ -7,6 +7,7 @@
 #include "kernels/cuda/channel_gate_prep.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/fused_tensor_core_kernel.hpp"
+#include "kernels/cuda/key_halves.hpp"
 #include "kernels/cuda/packed_schedule.hpp"
 #include "kernels/cuda/segment_split.hpp"
 #include "kernels/cuda/segment_sums.hpp"
@@ -69,6 +70,46 @@ ChannelGateBuffers prepare_channel_gate(const FusedTensorCoreArgs& args, const s
   return b;
 }
 
+template <class E, class OutT, class SnapT>
+FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
+                                          cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens = nullptr);
+
+// fp32 heads of an even DK in 130..256 (tile_rules.hpp, fp32_key_parts): as
+// two heads of DK / 2 keys each. In memory q, k, gk, h, initial_state and
+// final_state of H heads of DK keys are those of 2H heads of DK / 2, so only
+// the values (and g, g_gamma) are copied to both halves, and o is the sum of
+// the halves' outputs, each an fp32 buffer of twice o's size. Normalization
+// divides by the whole head's q . z and is refused (choose_path keeps those
+// heads on the portable kernels). The plan is the halves'.
+template <class OutT, class SnapT>
+FusedTensorCorePlan run_fp32_key_halves(const FusedTensorCoreArgs& args, int block_dv, int segments, int num_sms,
+                                        cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens) {
+  static_assert(std::is_same<OutT, float>::value, "fp32 inputs write fp32 o");
+  if (args.z_state != nullptr)
+    throw std::invalid_argument("tensor-core fused: fp32 inputs with normalization need DK <= 128");
+  const std::size_t rows_heads = std::size_t(args.B) * args.T * args.H;
+  const std::size_t halves_bytes = 2 * rows_heads * args.DV * sizeof(float);
+  StreamBuffer v(halves_bytes, stream, "tensor-core fp32 key halves: values");
+  StreamBuffer o(halves_bytes, stream, "tensor-core fp32 key halves: outputs");
+  StreamBuffer g(args.g ? 2 * rows_heads * sizeof(float) : 0, stream, "tensor-core fp32 key halves: g");
+  StreamBuffer g_gamma(args.g_gamma ? 2 * std::size_t(args.H) * sizeof(float) : 0, stream,
+                       "tensor-core fp32 key halves: g_gamma");
+  copy_to_key_halves(static_cast<const float*>(args.v), v.as<float>(), rows_heads, args.DV, stream);
+  if (args.g) copy_to_key_halves(args.g, g.as<float>(), rows_heads, 1, stream);
+  if (args.g_gamma) copy_to_key_halves(args.g_gamma, g_gamma.as<float>(), std::size_t(args.H), 1, stream);
+  FusedTensorCoreArgs halves = args;
+  halves.H = 2 * args.H;
+  halves.DK = args.DK / 2;
+  halves.v = v.ptr.get();
+  halves.o = o.ptr.get();
+  halves.g = args.g ? g.as<float>() : nullptr;
+  halves.g_gamma = args.g_gamma ? g_gamma.as<float>() : nullptr;
+  const FusedTensorCorePlan plan =
+      run_fused_tensor_core<float, OutT, SnapT>(halves, block_dv, segments, num_sms, stream, cu_seqlens);
+  sum_key_halves(o.as<float>(), static_cast<float*>(args.o), rows_heads, args.DV, stream);
+  return plan;
+}
+
 // block_dv: 32, 64 or 128; segments: 1 walks whole sequences; 0 chooses.
 // cu_seqlens (host, N + 1 offsets, B = 1) makes a packed batch: its
 // sequences are walked as packed_schedule.hpp lists them. args.z_state
@@ -83,8 +124,11 @@ ChannelGateBuffers prepare_channel_gate(const FusedTensorCoreArgs& args, const s
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
 FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv, int segments, int num_sms,
-                                          cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens = nullptr) {
+                                          cudaStream_t stream, const std::vector<std::int64_t>* cu_seqlens) {
   const bool packed = cu_seqlens != nullptr, normalize = args.z_state != nullptr;
+  if constexpr (detail::kFp32Tiles<E>) {
+    if (fp32_key_parts(args.DK) == 2) return run_fp32_key_halves<OutT, SnapT>(args, block_dv, segments, num_sms, stream, cu_seqlens);
+  }
   // One 16-bit copy of the state on chip (tile_rules.hpp, max_block_dv): a 256-row DK tile then takes blocks of 64.
   constexpr bool kOneStateTile = !detail::kSplitState<E, OutT> && !detail::kStageSnapshot<E, OutT, SnapT>;
   constexpr bool kFp32 = detail::kFp32Tiles<E>;  // fp32 tiles: their own block limits
@@ -118,7 +162,7 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   }
   if (dkt == 0 || args.DV < 1 || args.DV > kMaxTensorCoreDV)
     throw std::invalid_argument("tensor-core fused: DK must be in 1..256 and DV in 1..512");
-  if (fused_cap == 0) throw std::invalid_argument("tensor-core fused: fp32 inputs need DK <= 128");
+  if (fused_cap == 0) throw std::invalid_argument("tensor-core fused: fp32 inputs need DK <= 128, or an even DK <= 256");
   if ((block_dv != 32 && block_dv != 64 && block_dv != 128) || block_dv > fused_cap)
     throw std::invalid_argument("tensor-core fused: block_dv must be 32, 64 or 128, and at most what the DK tile allows");
   // Kernels are compiled for DK tiles of 64, 128 (blocks of 32, 64 and 128

@@ -41,6 +41,15 @@ LINATTN_TILE_RULE int max_block_dv(int dkt, bool one_state_tile, bool fp32_input
   return dkt == 256 ? (one_state_tile ? 64 : 32) : 128;
 }
 
+// fp32 heads past the 128-row DK tile (whose fp32 tiles do not fit, above)
+// run as two heads of DK / 2 keys each over the same values, their outputs
+// summed: o = scale (Q S + tril(Q K^T) V) is a sum over the key channels, and
+// h, the states and gk of a head of DK keys are, in memory, those of two
+// heads of DK / 2 (fused_tensor_core.hpp, run_fp32_key_halves). The heads
+// the kernels take whole give 1; 2 for an even DK in 130..256; 0 (none) for
+// an odd one, which cannot be cut into two equal halves.
+LINATTN_TILE_RULE int fp32_key_parts(int DK) { return DK <= 128 ? 1 : DK <= 256 && DK % 2 == 0 ? 2 : 0; }
+
 // DV as the blocks see it: rounded up to whole groups of 32 columns (the
 // columns past DV are zero on chip and never stored).
 LINATTN_TILE_RULE int padded_dv(int DV) { return (DV + 31) / 32 * 32; }
