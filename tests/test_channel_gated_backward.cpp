@@ -96,7 +96,11 @@ BackwardOutput expect_matches(const Problem& p, const ChannelCase& g, DType dtyp
   EXPECT_LE(relative_l2(out.dv.to_double(), ref.dv), stored_level(dtype, stored)) << "dv";
   EXPECT_LE(relative_l2(out.dh0.to_double(), ref.dh0), stored_level(dtype, out.dh0.dtype)) << "dh0";
   EXPECT_EQ(out.dg.shape, p.qk_shape());
-  EXPECT_LE(relative_l2(out.dg.to_double(), ref.dgk), gate_gradient_level(dtype, bf16_h)) << "dgk";
+  // Snapshots of the tensor-core forward (CUDA's automatic path for gk) hold its rounded keys.
+  const bool tensor_core_h = !recompute && fw.gemm == GemmPath::tensor_core;
+  EXPECT_LE(relative_l2(out.dg.to_double(), ref.dgk),
+            tensor_core_h ? channel_snapshot_gradient_level(dtype, bf16_h) : gate_gradient_level(dtype, bf16_h))
+      << "dgk";
   EXPECT_TRUE(out.dg_gamma.empty());
   return out;
 }

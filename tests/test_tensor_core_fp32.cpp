@@ -121,7 +121,7 @@ TEST(TensorCoreFp32, KeyHalvesMatchReference) {
   for (const Problem& p : problems)
     for (bool state : {false, true}) {
       const ProblemInputs in = random_inputs(p, DType::f32, ++seed, state);
-      for (int segments : {1, 3})
+      for (int segments : {1, 2})  // 2 chunks or more each
         for (SnapshotMode snaps : {SnapshotMode::accumulation, SnapshotMode::bf16}) {
           const ForwardConfig cfg = tensor_cores(segments, 0, false, snaps, false);
           SCOPED_TRACE(describe(p, cfg, DType::f32, state));

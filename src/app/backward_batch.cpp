@@ -304,7 +304,7 @@ class ReadPipeline {
 
 // Where the batch's time went, summed over its cases.
 struct StageTimes {
-  double kernels = 0, waiting_for_reads = 0, writing = 0;
+  double kernels = 0, upload = 0, download = 0, waiting_for_reads = 0, writing = 0;
 };
 
 // One case, start to finish; throws on the first problem.
@@ -414,6 +414,8 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
     stages.waiting_for_reads += inputs.waited_seconds();
     inputs.finish();
     stages.kernels += res.kernel_seconds;
+    stages.upload += res.upload_seconds;
+    stages.download += res.download_seconds;
   } catch (...) {
     progress.end_case();
     throw;
@@ -497,7 +499,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   auto sec = [](double x) { return fixed(x, 2) + " s"; };
   reporter.line("pipeline: wall " + sec(std::chrono::duration<double>(Clock::now() - batch_started).count()) +
                 "; reader busy " + sec(reads.busy_seconds()) + " (" + std::to_string(ReadPipeline::kSlots) +
-                " processes, peak RSS " + std::to_string(reads.peak_rss_bytes() >> 20) + " MiB); kernels " + sec(stages.kernels) +
+                " processes, peak RSS " + std::to_string(reads.peak_rss_bytes() >> 20) + " MiB); upload " + sec(stages.upload) + ", kernels " + sec(stages.kernels) + ", download " + sec(stages.download) +
                 ", waiting for reads " + sec(stages.waiting_for_reads) + "; writer busy " + sec(stages.writing) + "; " +
                 std::to_string(ReadPipeline::kSlots) + " read slots of " +
                 std::to_string(reads.slot_bytes() >> 20) + " MiB");

@@ -54,6 +54,15 @@ inline double tensor_core_split_level(DType input) {
 // term through the state). fp32 inputs keep them in fp32.
 inline double tensor_core_channel_level(DType input) { return input == DType::f32 ? 0.0 : unit_roundoff(input); }
 
+// dgk of a backward that read snapshots made by that tensor-core forward: the
+// state's rounded keys reach dgk through dq and the state dot, whose terms
+// cancel (docs/NUMERICS.md). Measured on the H100 (tests/test_channel_gated_backward.cpp,
+// the portable backward on such snapshots in fp32): bf16 up to 1.3e-3, fp16
+// up to 1.9e-4, against 1e-4 from the portable forward's snapshots.
+inline double channel_snapshot_gradient_level(DType input, bool bf16_snapshots) {
+  return gate_gradient_level(input, bf16_snapshots) + tensor_core_channel_level(input);
+}
+
 // The tensor-core backward rounds its 16-bit operands once each, as fla's
 // backward does: the scores P = scale tril(dO V^T) and A = scale tril(Q K^T),
 // the state gradient dh[c] and the state h[c]. Each output reads two of them
