@@ -115,24 +115,17 @@ def main():
     print(p.stdout)
     rows.append({"job": "linattn backward --no-fsync", "wall_s": round(wall, 3), "peak_rss": rss})
 
-    if args.no_script:
-        for r in rows:
-            print(json.dumps(r))
-        if args.json:
-            with open(args.json, "w") as fh:
-                json.dump({"shape": args.shape, "cases": args.cases, "bytes_in": bytes_in, "rows": rows}, fh, indent=2)
-        shutil.rmtree(w, ignore_errors=True)
-        return
-    os.makedirs(os.path.join(w, "script"))
-    scale = int(args.shape.split(",")[3]) ** -0.5  # linattn run's default, DK^-0.5, which the backward reads from the forward output
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--linattn", args.linattn, "--fla", args.fla,
-                        "--child", inp, grad, os.path.join(w, "script"), str(scale)],
-                       check=True, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    rep = json.loads(p.stdout.strip().splitlines()[-1])
-    rows.append({"job": "h5py + torch + fla script", "wall_s": round(wall, 3),
-                 "own_work_s": round(wall - rep["phases_s"]["import"], 3), **rep})
+    if not args.no_script:
+        os.makedirs(os.path.join(w, "script"))
+        scale = int(args.shape.split(",")[3]) ** -0.5  # linattn run's default, DK^-0.5, which the backward reads from the forward output
+        t0 = time.perf_counter()
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), "--linattn", args.linattn, "--fla", args.fla,
+                            "--child", inp, grad, os.path.join(w, "script"), str(scale)],
+                           check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        rep = json.loads(p.stdout.strip().splitlines()[-1])
+        rows.append({"job": "h5py + torch + fla script", "wall_s": round(wall, 3),
+                     "own_work_s": round(wall - rep["phases_s"]["import"], 3), **rep})
     bytes_out = sum(os.path.getsize(os.path.join(w, "lin", n)) for n in os.listdir(os.path.join(w, "lin")))
     print(f"shape {args.shape} bf16, {args.cases} cases; read {bytes_in / 1e9:.2f} GB (input, gradient file, "
           f"forward outputs with bf16 h), linattn wrote {bytes_out / 1e9:.2f} GB")
@@ -142,7 +135,6 @@ def main():
         with open(args.json, "w") as fh:
             json.dump({"shape": args.shape, "cases": args.cases, "bytes_in": bytes_in, "rows": rows}, fh, indent=2)
     shutil.rmtree(w, ignore_errors=True)
-
 
 if __name__ == "__main__":
     main()
