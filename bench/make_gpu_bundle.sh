@@ -21,3 +21,12 @@ bash "$bundle" "$DEST/lib" "$DEST/linattn" "$DEST/linattn_tests"
 # The source the binaries came from (gpu_session.sh starts its test log with it).
 echo "$(git rev-parse HEAD)$(git diff --quiet HEAD -- src tests CMakeLists.txt cmake || echo ' plus uncommitted changes')" > "$DEST/COMMIT"
 du -sh "$DEST"
+# Two packs for the device tool, which carries at most 64 MiB a call: the two
+# binaries grew past that together (88 MB stripped, 2026-12-06). Carry
+# .gpupack/cli.tgz (linattn, lib/, COMMIT) in one call and unpack it there
+# (tar xzf); the next call, while that machine is still warm, carries
+# .gpupack/tests.tgz (linattn_tests) beside what the first left.
+mkdir -p .gpupack
+tar cf - "$DEST/linattn" "$DEST/lib" "$DEST/COMMIT" | gzip -6 > .gpupack/cli.tgz
+tar cf - "$DEST/linattn_tests" | gzip -6 > .gpupack/tests.tgz
+ls -l .gpupack
