@@ -49,33 +49,45 @@ inline dim3 elementwise_grid(std::size_t n) {
   return dim3(static_cast<unsigned>(blocks < 65536 ? blocks : 65536));
 }
 
+// Launches kernel<float4> when the width and both pointers allow it, else
+// kernel<float>, over rows_heads rows of `width` floats.
+template <template <class> class Kernel>
+void launch_over_halves(const float* src, float* dst, std::size_t rows_heads, int width, cudaStream_t stream,
+                        const char* what) {
+  if (rows_heads == 0 || width == 0) return;
+  if (width % 4 == 0 && aligned16(src) && aligned16(dst)) {
+    const int w4 = width / 4;
+    Kernel<float4>::launch(elementwise_grid(rows_heads * w4), stream, reinterpret_cast<const float4*>(src),
+                           reinterpret_cast<float4*>(dst), rows_heads, w4);
+  } else {
+    Kernel<float>::launch(elementwise_grid(rows_heads * width), stream, src, dst, rows_heads, width);
+  }
+  check_launch(cudaGetLastError(), what);
+}
+
+template <class V>
+struct CopyToHalves {
+  static void launch(dim3 grid, cudaStream_t s, const V* src, V* dst, std::size_t rows_heads, int width) {
+    copy_to_halves_kernel<<<grid, 256, 0, s>>>(src, dst, rows_heads, width);
+  }
+};
+template <class V>
+struct SumHalves {
+  static void launch(dim3 grid, cudaStream_t s, const V* src, V* dst, std::size_t rows_heads, int width) {
+    sum_halves_kernel<<<grid, 256, 0, s>>>(src, dst, rows_heads, width);
+  }
+};
+
 }  // namespace detail
 
-// Both passes take float4 when the width and both pointers allow it.
 inline void copy_to_key_halves(const float* src, float* dst, std::size_t rows_heads, int width, cudaStream_t stream) {
-  if (rows_heads == 0 || width == 0) return;
-  if (width % 4 == 0 && detail::aligned16(src) && detail::aligned16(dst)) {
-    const int w4 = width / 4;
-    detail::copy_to_halves_kernel<<<detail::elementwise_grid(rows_heads * w4), 256, 0, stream>>>(
-        reinterpret_cast<const float4*>(src), reinterpret_cast<float4*>(dst), rows_heads, w4);
-  } else {
-    detail::copy_to_halves_kernel<<<detail::elementwise_grid(rows_heads * width), 256, 0, stream>>>(src, dst, rows_heads,
-                                                                                                  width);
-  }
-  detail::check_launch(cudaGetLastError(), "tensor-core fp32 key halves: copy launch");
+  detail::launch_over_halves<detail::CopyToHalves>(src, dst, rows_heads, width, stream,
+                                                   "tensor-core fp32 key halves: copy launch");
 }
 
 inline void sum_key_halves(const float* src, float* dst, std::size_t rows_heads, int width, cudaStream_t stream) {
-  if (rows_heads == 0 || width == 0) return;
-  if (width % 4 == 0 && detail::aligned16(src) && detail::aligned16(dst)) {
-    const int w4 = width / 4;
-    detail::sum_halves_kernel<<<detail::elementwise_grid(rows_heads * w4), 256, 0, stream>>>(
-        reinterpret_cast<const float4*>(src), reinterpret_cast<float4*>(dst), rows_heads, w4);
-  } else {
-    detail::sum_halves_kernel<<<detail::elementwise_grid(rows_heads * width), 256, 0, stream>>>(src, dst, rows_heads,
-                                                                                              width);
-  }
-  detail::check_launch(cudaGetLastError(), "tensor-core fp32 key halves: sum launch");
+  detail::launch_over_halves<detail::SumHalves>(src, dst, rows_heads, width, stream,
+                                                "tensor-core fp32 key halves: sum launch");
 }
 
 }  // namespace linattn::cuda
