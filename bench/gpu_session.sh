@@ -184,6 +184,23 @@ for step in $steps; do
         } 2>&1 | tee "$LOGS/mpi-cp.txt"
       fi
       rm -rf "$d" ;;
+    packed-run-vs-bench)  # issue 29: a packed case's kernel time in run (windows of the budget, never split) beside bench on the same cuts (split: never, and chosen)
+      d=${PACKED_DIR:-/dev/shm/linattn-packed}; rm -rf "$d"; mkdir -p "$d"
+      lens=$(python3 -c "import random; random.seed(5); c=sorted(random.sample(range(1, 65536), 31)); b=[0]+c+[65536]; print(','.join(str(b[i+1]-b[i]) for i in range(32)))")
+      "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --seed 4 > /dev/null
+      {
+        echo "== 32 sequences, 65536 tokens, 16 heads of 128, bf16; lengths $lens"
+        for budget in default 2G; do
+          extra=""; [ "$budget" = default ] || extra="--memory-budget $budget"
+          echo "== linattn run ($budget budget): the case's kernel time and windows"
+          for rep in 1 2; do "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out-$budget-$rep" --no-fsync $extra 2>&1 | grep -E "kernel|pipeline"; done
+        done
+        for segments in 1 0; do
+          echo "== linattn bench, the same cuts, --segments $segments"
+          "$GPU_DIR/linattn" bench --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --variants fused --segments $segments --reps 20
+        done
+      } 2>&1 | tee "$LOGS/packed-run-vs-bench.txt"
+      rm -rf "$d" ;;
     state-pass)  # context parallel's state pass beside the fused forward on the same k, v (its cost sets the split)
       "$GPU_DIR/linattn" bench --shape 1,524288,16,128 --shape 1,1048576,16,128 --shape 8,8192,16,128 --dtype bf16 \
         --variants fused --state-pass --reps 10 --json "$LOGS/state-pass.json" 2>&1 | tee "$LOGS/state-pass.txt" ;;

@@ -19,11 +19,13 @@
 #include "kernels/execution.hpp"
 #include "kernels/forward.hpp"
 #include "pipeline/backward_inputs.hpp"
+#include "pipeline/backward_window_outputs.hpp"
 #include "pipeline/backward_window_plan.hpp"
 #include "pipeline/grad_write_stage.hpp"
 #include "pipeline/host_buffers.hpp"
 #include "pipeline/memory_budget.hpp"
 #include "pipeline/progress_reporter.hpp"
+#include "pipeline/reader_group.hpp"
 #include "pipeline/signal_cleanup.hpp"
 #include "pipeline/streamed_backward.hpp"
 
@@ -255,50 +257,48 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
   }
 }
 
-// The batch's reads (docs/ARCHITECTURE.md, "The streamed backward"): two
-// reader processes and the shared region of their two slots, each as large
-// as the most a window of the case reads (backward_read_slot_bytes), grown
-// (readers restarted on the new region) when a case needs more. Not
-// page-locked: the window's tensors are copied out of it.
-class ReadPipeline {
+// The batch's host buffers (docs/ARCHITECTURE.md, "The streamed backward"):
+// two reader processes and their two read slots, each as large as the most
+// a window of the case reads (backward_read_slot_bytes), and three output
+// slots, as large as the most a window writes (two wait for the writer while
+// the kernels fill the third). Both page-locked under CUDA: the kernels read
+// and write the windows where they are. Grown between cases when a case needs
+// more (the readers restarted on the new region).
+class BackwardBuffers {
  public:
-  static constexpr int kSlots = 2;
-  explicit ReadPipeline(std::string exe) : exe_(std::move(exe)) {}
-  void ensure(std::int64_t slot_bytes) {
-    if (slots_ && slots_->slot_bytes() >= slot_bytes) return;
-    stop();
-    readers_.clear();
-    slots_.reset();
-    region_ = std::make_unique<pipeline::HostRegion>(kSlots * slot_bytes, true, false);
-    slots_ = std::make_unique<pipeline::SlotPool>(*region_, kSlots);
-    for (int i = 0; i < kSlots; ++i)
-      readers_.push_back(std::make_unique<pipeline::ReaderProcess>(exe_, region_->fd(), region_->bytes()));
+  static constexpr int kReadSlots = 2, kOutputSlots = 3;
+  explicit BackwardBuffers(std::string exe) : exe_(std::move(exe)) {}
+  void ensure(std::int64_t read_slot_bytes, std::int64_t output_slot_bytes) {
+    if (!reads_) reads_ = std::make_unique<pipeline::ReaderGroup>(exe_, kReadSlots, kReadSlots, read_slot_bytes);
+    else reads_->ensure_slot_bytes(read_slot_bytes);
+    if (output_slots_ && output_slots_->slot_bytes() >= output_slot_bytes) return;
+    output_slots_.reset();
+    outputs_.reset();  // unmapped before the larger one is made
+    const std::int64_t bytes = (output_slot_bytes + 4095) / 4096 * 4096;
+    outputs_ = std::make_unique<pipeline::HostRegion>(kOutputSlots * bytes, false);
+    output_slots_ = std::make_unique<pipeline::SlotPool>(*outputs_, kOutputSlots);
   }
-  std::vector<pipeline::ReaderProcess*> processes() const {
-    std::vector<pipeline::ReaderProcess*> p;
-    for (const auto& r : readers_) p.push_back(r.get());
-    return p;
+  pipeline::ReaderGroup& reads() { return *reads_; }
+  pipeline::SlotPool& output_slots() { return *output_slots_; }
+
+  // Where the time and memory went, for the pipeline line.
+  std::string describe() const {
+    auto mib = [](std::int64_t b) { return std::to_string(b >> 20) + " MiB"; };
+    if (!reads_) return "no reads";
+    return "reader busy " + fixed(reads_->busy_seconds(), 2) + " s (" + std::to_string(kReadSlots) +
+           " processes, peak RSS " + std::to_string(peak_rss_ >> 20) + " MiB); " + std::to_string(kReadSlots) +
+           " read slots of " + mib(reads_->slot_bytes()) + " + " + std::to_string(kOutputSlots) + " output slots of " +
+           mib(output_slots_->slot_bytes()) + (reads_->pinned() && outputs_->pinned() ? ", page-locked" : "");
   }
-  pipeline::SlotPool& slots() { return *slots_; }
-  std::int64_t slot_bytes() const { return slots_ ? slots_->slot_bytes() : 0; }
-  // Stops the readers, keeping their busy seconds and peak RSS.
   void stop() {
-    for (auto& r : readers_) {
-      r->stop();
-      busy_ += r->busy_seconds();
-      peak_rss_ = std::max(peak_rss_, r->peak_rss_bytes());
-    }
-    readers_.clear();
+    if (reads_) peak_rss_ = reads_->stop();
   }
-  double busy_seconds() const { return busy_; }
-  std::int64_t peak_rss_bytes() const { return peak_rss_; }
 
  private:
   std::string exe_;
-  std::unique_ptr<pipeline::HostRegion> region_;
-  std::unique_ptr<pipeline::SlotPool> slots_;
-  std::vector<std::unique_ptr<pipeline::ReaderProcess>> readers_;
-  double busy_ = 0;
+  std::unique_ptr<pipeline::ReaderGroup> reads_;
+  std::unique_ptr<pipeline::HostRegion> outputs_;
+  std::unique_ptr<pipeline::SlotPool> output_slots_;
   std::int64_t peak_rss_ = 0;
 };
 
@@ -337,7 +337,7 @@ double warm_up(const Problem& p, const BackwardConfig& config, const BackwardSto
 }
 
 void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std::string& label,
-              BackwardCaseResult& r, std::set<std::string>& warmed, ReadPipeline& reads, StageTimes& stages) {
+              BackwardCaseResult& r, std::set<std::string>& warmed, BackwardBuffers& buffers, StageTimes& stages) {
   const Clock::time_point started = Clock::now();
   const CheckedCase c = check_case(opt, r);
   const Problem& p = c.p;
@@ -354,10 +354,12 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   const std::int64_t limit = backward_window_limit(p, storage, budget);
   const std::vector<Window> windows = plan_backward_windows(p, storage, limit);
   r.windows = static_cast<std::int64_t>(windows.size());
-  std::int64_t traffic = 0;
+  std::int64_t traffic = 0, output_slot_bytes = 0;
   for (const Window& w : windows) {
     r.window_bytes = std::max(r.window_bytes, backward_window_bytes(p, storage, w));
     traffic += window_traffic(p, storage, w);
+    output_slot_bytes = std::max(output_slot_bytes, backward_window_output_bytes(window_problem(p, w), storage.output,
+                                                                                  storage.accumulation, storage.gate));
   }
 
   BackwardSources src;
@@ -390,15 +392,16 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
                                       "x" + std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
                                       gate_dataset_name(config.gate);
     if (warmed.insert(configuration).second) r.warm_up_seconds = warm_up(p, config, storage);
-    reads.ensure(backward_read_slot_bytes(limit));
-    pipeline::BackwardInputs inputs(reads.processes(), reads.slots(), opt.allow_external_data);
+    buffers.ensure(backward_read_slot_bytes(limit), output_slot_bytes);
+    pipeline::BackwardInputs inputs(buffers.reads().processes(), buffers.reads().slots(), opt.allow_external_data);
     const Clock::time_point until =
         Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt.case_timeout * 1000));
     try {
       // Two windows' outputs may wait for the writer while the kernels run on a third.
       pipeline::GradWriteStage writer(*out, 2);
       try {
-        res = run_streamed_backward(p, config, windows, src, inputs, until, writer, [&](const Window& w, bool) {
+        res = run_streamed_backward(p, config, windows, src, inputs, until, buffers.output_slots(), writer,
+                                    [&](const Window& w, bool) {
           progress.advance(rows * w.tokens(), window_traffic(p, storage, w));
         });
       } catch (...) {
@@ -466,7 +469,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   const hdf5::ExternalDataScope external(opt.allow_external_data);
   ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
   const Clock::time_point batch_started = Clock::now();
-  ReadPipeline reads(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe);
+  BackwardBuffers buffers(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe);
   StageTimes stages;
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;
@@ -479,7 +482,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
-        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed, reads,
+        run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed, buffers,
                  stages);
         reporter.line(progress_line(i + 1, results.size(), r));
         continue;
@@ -495,14 +498,12 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
                   true);
   }
   // Where the time went, as run reports its pipeline (batch_run.cpp).
-  reads.stop();
+  buffers.stop();
   auto sec = [](double x) { return fixed(x, 2) + " s"; };
-  reporter.line("pipeline: wall " + sec(std::chrono::duration<double>(Clock::now() - batch_started).count()) +
-                "; reader busy " + sec(reads.busy_seconds()) + " (" + std::to_string(ReadPipeline::kSlots) +
-                " processes, peak RSS " + std::to_string(reads.peak_rss_bytes() >> 20) + " MiB); upload " + sec(stages.upload) + ", kernels " + sec(stages.kernels) + ", download " + sec(stages.download) +
-                ", waiting for reads " + sec(stages.waiting_for_reads) + "; writer busy " + sec(stages.writing) + "; " +
-                std::to_string(ReadPipeline::kSlots) + " read slots of " +
-                std::to_string(reads.slot_bytes() >> 20) + " MiB");
+  reporter.line("pipeline: wall " + sec(std::chrono::duration<double>(Clock::now() - batch_started).count()) + "; " +
+                buffers.describe() + "; upload " + sec(stages.upload) + ", kernels " + sec(stages.kernels) +
+                ", download " + sec(stages.download) + ", waiting for reads " + sec(stages.waiting_for_reads) +
+                "; writer busy " + sec(stages.writing));
   return results;
 }
 

@@ -21,6 +21,7 @@
 #include "pipeline/pinned_memory.hpp"
 #include "pipeline/read_protocol.hpp"
 #include "pipeline/read_stage.hpp"
+#include "pipeline/reader_group.hpp"
 #include "pipeline/signal_cleanup.hpp"
 #include "pipeline/write_stage.hpp"
 
@@ -143,56 +144,41 @@ class Batch {
         created_(Clock::now()),
         split_(split_budget(opt.memory_budget > 0 ? opt.memory_budget : default_memory_budget(), host_execution,
                             opt.window_cap)),
-        inputs_(std::int64_t(split_.input_slots) * split_.slot_bytes, true),
+        // Several readers read windows side by side (window i: reader i mod n);
+        // each is a process of its own, with its own copy of libhdf5.
+        reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
+               std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
         outputs_(std::int64_t(split_.output_slots) * split_.slot_bytes, false),
-        input_slots_(inputs_, split_.input_slots),
         output_slots_(outputs_, split_.output_slots),
         writer_(output_slots_, progress) {
-    // Several readers read windows side by side (window i: reader i mod n);
-    // each is a process of its own, with its own copy of libhdf5.
-    const int readers = std::max(1, std::min(opt.readers, split_.input_slots));
-    for (int i = 0; i < readers; ++i)
-      readers_.push_back(std::make_unique<ReaderProcess>(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe,
-                                                         inputs_.fd(), inputs_.bytes()));
     buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
   }
 
   void drain() { writer_.drain(); }
   // Stops the readers; returns their largest peak RSS.
-  std::int64_t stop_readers() {
-    std::int64_t peak = 0;
-    for (auto& r : readers_) {
-      r->stop();
-      peak = std::max(peak, r->peak_rss_bytes());
-    }
-    return peak;
-  }
+  std::int64_t stop_readers() { return reads_.stop(); }
 
   // Where the run's time went, one line: each stage's busy time beside the wall time.
   std::string stage_report(double wall) const {
     const WriteTimes w = writer_.times();
     auto s = [](double x) { return fixed(x, 2) + " s"; };
     return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
-           s(reader_busy()) + " (" + std::to_string(readers_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
+           s(reader_busy()) + " (" + std::to_string(reads_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
            ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
            s(wait_output_) + "; writer busy " + s(w.writing) + ", making files durable " + s(w.committing) + "; " +
            std::to_string(split_.input_slots) + "+" + std::to_string(split_.output_slots) + " slots of " +
            (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
                                                : std::to_string(split_.slot_bytes >> 10) + " KiB") + (pinned() ? ", page-locked" : "");
   }
-  bool pinned() const { return inputs_.pinned() && outputs_.pinned(); }
+  bool pinned() const { return reads_.pinned() && outputs_.pinned(); }
 
   Clock::time_point deadline() const {
     return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt_.case_timeout * 1000));
   }
 
-  std::vector<std::string> list(const std::string& file) { return readers_[0]->list_cases(file, deadline()); }
+  std::vector<std::string> list(const std::string& file) { return reads_.reader(0).list_cases(file, deadline()); }
 
-  double reader_busy() const {
-    double s = 0;
-    for (const auto& r : readers_) s += r->busy_seconds();
-    return s;
-  }
+  double reader_busy() const { return reads_.busy_seconds(); }
 
   // One case, start to finish; throws on the first problem (the writer's
   // problems reach r through finish's callback).
@@ -215,8 +201,8 @@ class Batch {
       throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
     try {
       const CaseSchema schema =
-          readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
-      readers_[0]->close_case(deadline());
+          reads_.reader(0).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
+      reads_.reader(0).close_case(deadline());
       std::int64_t elements = 0;
       for (const hdf5::DatasetInfo* d : {&schema.q, &schema.k, &schema.v})
         elements += std::accumulate(d->shape.begin(), d->shape.end(), std::int64_t(1), std::multiplies<>());
@@ -231,9 +217,9 @@ class Batch {
     const Clock::time_point started = Clock::now();
     const Clock::time_point until = deadline();
     const CaseSchema schema =
-        readers_[0]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
-    for (std::size_t i = 1; i < readers_.size(); ++i)
-      readers_[i]->open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
+        reads_.reader(0).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
+    for (std::size_t i = 1; i < reads_.size(); ++i)
+      reads_.reader(i).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
     const Problem p = case_problem(opt_, r, schema);
     r.problem = p;
     r.dtype = schema.q.dtype;
@@ -274,7 +260,7 @@ class Batch {
       while (next_read < windows.size() && next_read < computed + static_cast<std::size_t>(split_.input_slots)) {
         const Window& w = windows[next_read];
         const WindowLayout& l = layouts[next_read];
-        const std::int64_t base = input_slots_.offset(static_cast<int>(next_read % split_.input_slots));
+        const std::int64_t base = reads_.slots().offset(static_cast<int>(next_read % split_.input_slots));
         WindowRead read;
         read.t0 = w.t0;
         read.t1 = w.t1;
@@ -289,7 +275,7 @@ class Batch {
         read.accumulation_dtype = static_cast<std::int64_t>(s.accumulation);
         read.gate = static_cast<std::int64_t>(s.gate);
         read.gate_offset = base + l.gate;
-        readers_[next_read % readers_.size()]->send_read(read);
+        reads_.reader(next_read).send_read(read);
         ++next_read;
       }
     };
@@ -297,13 +283,13 @@ class Batch {
       send_reads(0);
       for (std::size_t i = 0; i < windows.size(); ++i) {
         Clock::time_point waited = Clock::now();
-        readers_[i % readers_.size()]->wait_read(until);
+        reads_.reader(i).wait_read(until);
         wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
         if (out->failed.load()) break;
         waited = Clock::now();
         const int out_slot = output_slots_.acquire();
         wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
-        WindowJob job{&p, &s, &windows[i], layouts[i], input_slots_.data(static_cast<int>(i % split_.input_slots)),
+        WindowJob job{&p, &s, &windows[i], layouts[i], reads_.slots().data(static_cast<int>(i % split_.input_slots)),
                       output_slots_.data(out_slot)};
         WindowTimes t;
         try {
@@ -317,13 +303,13 @@ class Batch {
         send_reads(i + 1);
         writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
       }
-      for (auto& reader : readers_) {
+      for (ReaderProcess* reader : reads_.processes()) {
         reader->drain(until);  // reads left after a write failure
         reader->close_case(until);
       }
     } catch (...) {
       progress_.end_case();
-      for (auto& reader : readers_) reader->drain(until);
+      for (ReaderProcess* reader : reads_.processes()) reader->drain(until);
       writer_.abort(out);
       throw;
     }
@@ -372,9 +358,9 @@ class Batch {
   double buffers_ = 0, wait_input_ = 0, wait_output_ = 0;
   WindowTimes totals_;
   BudgetSplit split_;
-  HostRegion inputs_, outputs_;
-  SlotPool input_slots_, output_slots_;
-  std::vector<std::unique_ptr<ReaderProcess>> readers_;
+  ReaderGroup reads_;
+  HostRegion outputs_;
+  SlotPool output_slots_;
   WriteStage writer_;
   std::map<int, std::unique_ptr<ComputeStage>> stages_;
   std::set<std::string> hung_files_;

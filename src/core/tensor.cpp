@@ -25,15 +25,17 @@ std::int64_t Tensor::numel() const {
   return shape.empty() ? 0 : n;
 }
 
-double Tensor::get(std::int64_t i) const {
-  switch (dtype) {
-    case DType::f16: return fp16_to_float(data<fp16_t>()[i]);
-    case DType::bf16: return bf16_to_float(data<bf16_t>()[i]);
-    case DType::f32: return data<float>()[i];
-    case DType::f64: return data<double>()[i];
+double element_as_double(DType t, const unsigned char* bytes, std::int64_t i) {
+  switch (t) {
+    case DType::f16: return fp16_to_float(reinterpret_cast<const fp16_t*>(bytes)[i]);
+    case DType::bf16: return bf16_to_float(reinterpret_cast<const bf16_t*>(bytes)[i]);
+    case DType::f32: return reinterpret_cast<const float*>(bytes)[i];
+    case DType::f64: return reinterpret_cast<const double*>(bytes)[i];
   }
   return 0.0;
 }
+
+double Tensor::get(std::int64_t i) const { return element_as_double(dtype, bytes.data(), i); }
 
 void Tensor::set(std::int64_t i, double v) {
   switch (dtype) {
@@ -67,8 +69,13 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 }
 
 void require_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name) {
-  if (t.shape != expected)
-    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(t.shape) + ", expected " +
+  require_shape_of(t.shape, expected, name);
+}
+
+void require_shape_of(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& expected,
+                      const char* name) {
+  if (shape != expected)
+    throw std::invalid_argument(std::string(name) + " has shape " + shape_string(shape) + ", expected " +
                                 shape_string(expected));
 }
 

@@ -66,9 +66,14 @@ struct Tensor {
   static Tensor from_double(DType t, std::vector<std::int64_t> s, const std::vector<double>& v);
 };
 
+// Element i of `bytes` holding elements of type t, widened to double (exact).
+double element_as_double(DType t, const unsigned char* bytes, std::int64_t i);
+
 std::string shape_string(const std::vector<std::int64_t>& shape);  // "[2, 64, 4, 32]"
 
 // Throws std::invalid_argument "NAME has shape [..], expected [..]" unless t has `expected`.
 void require_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name);
+void require_shape_of(const std::vector<std::int64_t>& shape, const std::vector<std::int64_t>& expected,
+                      const char* name);
 
 }  // namespace linattn

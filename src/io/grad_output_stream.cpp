@@ -18,7 +18,7 @@ GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DT
   if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
 }
 
-void GradOutputStream::write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+void GradOutputStream::write_tokens(std::int64_t t0, const TensorSpan& dq, const TensorSpan& dk, const TensorSpan& dv) {
   hdf5::write_block_tensor(dq_.get(), dq, {0, t0, 0, 0}, path(), "dq");
   hdf5::write_block_tensor(dk_.get(), dk, {0, t0, 0, 0}, path(), "dk");
   hdf5::write_block_tensor(dv_.get(), dv, {0, t0, 0, 0}, path(), "dv");
@@ -28,7 +28,7 @@ void GradOutputStream::write_dh0(std::int64_t n0, const Tensor& rows) {
   hdf5::write_block_tensor(dh0_.get(), rows, {n0, 0, 0, 0}, path(), "dh0");
 }
 
-void GradOutputStream::write_dg(std::int64_t t0, const Tensor& dg) {
+void GradOutputStream::write_dg(std::int64_t t0, const TensorSpan& dg) {
   std::vector<std::int64_t> start(dg.shape.size(), 0);  // [rows, T', H] or [rows, T', H, DK] at token t0
   start.at(1) = t0;
   hdf5::write_block_tensor(dg_.get(), dg, start, path(), gate_gradient_name(gate_));

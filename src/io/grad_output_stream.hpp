@@ -10,6 +10,7 @@
 #include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_span.hpp"
 #include "io/grad_output_file.hpp"
 #include "io/hdf5_file.hpp"
 
@@ -27,12 +28,12 @@ class GradOutputStream {
                    GateKind gate = GateKind::none);
 
   // The window [t0, t0 + T') of every batch row: dq, dk [rows, T', H, DK], dv [rows, T', H, DV].
-  void write_tokens(std::int64_t t0, const Tensor& dq, const Tensor& dk, const Tensor& dv);
+  void write_tokens(std::int64_t t0, const TensorSpan& dq, const TensorSpan& dk, const TensorSpan& dv);
   // dh0 rows [n0, n0 + rows.shape[0]).
   void write_dh0(std::int64_t n0, const Tensor& rows);
   // dg of the window [t0, t0 + T') of every batch row, [rows, T', H] (gate g) or dgk [rows, T', H, DK]
   // (gate gk), and all of dg_gamma [H] (g_gamma).
-  void write_dg(std::int64_t t0, const Tensor& dg);
+  void write_dg(std::int64_t t0, const TensorSpan& dg);
   void write_dg_gamma(const Tensor& dg_gamma);
 
   void finish(const GradRecord& record, bool durable);

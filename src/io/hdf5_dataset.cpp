@@ -153,12 +153,12 @@ Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int6
   return t;
 }
 
-void write_block_tensor(hid_t dataset, const Tensor& t, const std::vector<std::int64_t>& start,
+void write_block_tensor(hid_t dataset, const TensorSpan& t, const std::vector<std::int64_t>& start,
                         const std::string& file_name, const std::string& path) {
   if (t.numel() == 0) return;
   const Datatype memory = datatype_of(t.dtype);
   write_block(dataset, memory.get(), std::vector<hsize_t>(start.begin(), start.end()),
-              std::vector<hsize_t>(t.shape.begin(), t.shape.end()), t.bytes.data(), file_name, path);
+              std::vector<hsize_t>(t.shape.begin(), t.shape.end()), t.bytes, file_name, path);
 }
 
 Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,

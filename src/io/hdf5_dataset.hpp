@@ -4,6 +4,7 @@
 #pragma once
 
 #include "core/tensor.hpp"
+#include "core/tensor_span.hpp"
 #include "io/hdf5_handles.hpp"
 
 #include <hdf5.h>
@@ -81,7 +82,7 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
 Tensor read_block_tensor(hid_t dataset, DType dtype, const std::vector<std::int64_t>& start,
                          const std::vector<std::int64_t>& count, const std::string& file_name, const std::string& path);
 // write_block of a whole tensor at `start` (its shape is the block's).
-void write_block_tensor(hid_t dataset, const Tensor& t, const std::vector<std::int64_t>& start,
+void write_block_tensor(hid_t dataset, const TensorSpan& t, const std::vector<std::int64_t>& start,
                         const std::string& file_name, const std::string& path);
 
 // Creates an empty dataset of `shape` with the given chunk dimensions (none:

@@ -8,6 +8,7 @@
 #include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_span.hpp"
 #include "kernels/path_choice.hpp"
 
 namespace linattn {
@@ -51,5 +52,22 @@ PathChoice choose_backward_path_here(const BackwardConfig& config, const Problem
 BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const Tensor& q, const Tensor& k,
                             const Tensor& v, const Tensor* h, const Tensor* initial_state, const Tensor& d_o,
                             const Tensor* dht, const Tensor* gate = nullptr);
+
+// The same inputs as spans over memory the caller holds (the streamed
+// backward's page-locked read slots: pipeline/streamed_backward.hpp), read
+// where they are; an empty span stands for a null pointer above.
+struct BackwardSpans {
+  TensorSpan q, k, v, d_o;
+  TensorSpan h, initial_state, dht, gate;
+};
+// Where the kernels' dq, dk, dv and a gate's dg go (the shapes and dtypes of
+// BackwardOutput's; dg empty without a gate), allocated by the caller.
+struct BackwardTargets {
+  TensorSpan dq, dk, dv, dg;
+};
+// run_backward on spans. With `into`, dq, dk, dv and dg are written there and
+// stay empty in the result (dh0 and dg_gamma are returned as always).
+BackwardOutput run_backward(const Problem& p, const BackwardConfig& config, const BackwardSpans& in,
+                            const BackwardTargets* into = nullptr);
 
 }  // namespace linattn

@@ -79,6 +79,11 @@ void check_initial_rows(const Problem& p, const ForwardConfig& config, const Ten
 }
 
 void check_gate(const Problem& p, GateKind kind, const Tensor* gate) {
+  const TensorSpan span = gate ? TensorSpan(*gate) : TensorSpan();
+  check_gate(p, kind, gate ? &span : nullptr);
+}
+
+void check_gate(const Problem& p, GateKind kind, const TensorSpan* gate) {
   if (kind == GateKind::none) {
     if (gate) throw std::invalid_argument("a gate tensor was given, but the configuration has no gate");
     return;

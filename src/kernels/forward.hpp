@@ -8,6 +8,7 @@
 #include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_span.hpp"
 #include "core/variant.hpp"
 #include "kernels/path_choice.hpp"
 
@@ -70,6 +71,7 @@ void check_initial_rows(const Problem& p, const ForwardConfig& config, const Ten
 // offending index otherwise). run_forward and run_backward both check with it
 // (a gate with normalize is check_forward's refusal).
 void check_gate(const Problem& p, GateKind kind, const Tensor* gate);
+void check_gate(const Problem& p, GateKind kind, const TensorSpan* gate);
 
 // Validates everything (shapes, dtypes, problem, cu_seqlens) and throws
 // std::invalid_argument before any device work when something is wrong.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "core/half_types.hpp"
+#include "core/tensor_span.hpp"
 #include "kernels/forward.hpp"
 #include "kernels/normalize_output.hpp"
 #include "kernels/run_variant.hpp"
@@ -30,7 +31,7 @@ template <class T>
 using HostView5 = Kokkos::View<T*****, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
-DeviceView4<T> upload4(const char* label, const Tensor& t) {
+DeviceView4<T> upload4(const char* label, const TensorSpan& t) {
   DeviceView4<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
                    t.shape[2], t.shape[3]);
   HostView4<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3]);
@@ -39,7 +40,7 @@ DeviceView4<T> upload4(const char* label, const Tensor& t) {
 }
 
 template <class T>
-DeviceView1<T> upload1(const char* label, const Tensor& t) {
+DeviceView1<T> upload1(const char* label, const TensorSpan& t) {
   DeviceView1<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0]);
   Kokkos::View<const T*, Kokkos::LayoutRight, Kokkos::HostSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> hv(
       t.data<T>(), t.shape[0]);
@@ -48,7 +49,7 @@ DeviceView1<T> upload1(const char* label, const Tensor& t) {
 }
 
 template <class T>
-DeviceView3<T> upload3(const char* label, const Tensor& t) {
+DeviceView3<T> upload3(const char* label, const TensorSpan& t) {
   DeviceView3<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
                    t.shape[2]);
   HostView3<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2]);
@@ -57,7 +58,7 @@ DeviceView3<T> upload3(const char* label, const Tensor& t) {
 }
 
 template <class T>
-DeviceView5<T> upload5(const char* label, const Tensor& t) {
+DeviceView5<T> upload5(const char* label, const TensorSpan& t) {
   DeviceView5<T> d(Kokkos::view_alloc(std::string(label), Kokkos::WithoutInitializing), t.shape[0], t.shape[1],
                    t.shape[2], t.shape[3], t.shape[4]);
   HostView5<const T> hv(t.data<T>(), t.shape[0], t.shape[1], t.shape[2], t.shape[3], t.shape[4]);
@@ -71,7 +72,7 @@ DeviceView5<T> upload5(const char* label, const Tensor& t) {
 constexpr bool kernels_use_host_memory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 
 template <class View, std::size_t... I>
-View view_of_bytes(Tensor& t, std::index_sequence<I...>) {
+View view_of_bytes(const TensorSpan& t, std::index_sequence<I...>) {
   return View(t.data<typename View::value_type>(), static_cast<std::size_t>(t.shape[I])...);
 }
 template <class View, std::size_t... I>
@@ -82,39 +83,56 @@ View new_view(const char* label, const std::vector<std::int64_t>& shape, std::in
 template <class View>
 using ViewRank = std::make_index_sequence<static_cast<std::size_t>(View::rank)>;
 
-// The view the kernels read of input t, which outlives them (a reference to
-// the caller's tensor, never a temporary: see the deleted overload).
+// The view the kernels read of input t, whose bytes outlive them (the
+// caller's tensor or slot, never a temporary: see the deleted overload).
 template <class View>
-View input_view(const char* label, const Tensor& t) {
+View input_view(const char* label, const TensorSpan& t) {
   if constexpr (kernels_use_host_memory) {
-    return view_of_bytes<View>(const_cast<Tensor&>(t), ViewRank<View>{});
+    return view_of_bytes<View>(t, ViewRank<View>{});
   } else {
     View d = new_view<View>(label, t.shape, ViewRank<View>{});
-    Kokkos::deep_copy(d, view_of_bytes<typename View::HostMirror>(const_cast<Tensor&>(t), ViewRank<View>{}));
+    Kokkos::deep_copy(d, view_of_bytes<typename View::HostMirror>(t, ViewRank<View>{}));
     return d;
   }
 }
 template <class View>
 View input_view(const char* label, Tensor&& t) = delete;
 
-// The view a kernel writes and t, the tensor that receives it (allocated,
-// uninitialized): on the host the same bytes, on a device a view that
-// output_to copies back.
+// The view a kernel writes and t, the bytes that receive it (a tensor or a
+// slot, allocated, uninitialized): on the host the same bytes, on a device a
+// view that output_to copies back.
 template <class View>
-View output_view(const char* label, Tensor& t) {
+View output_view(const char* label, const TensorSpan& t) {
   if constexpr (kernels_use_host_memory) return view_of_bytes<View>(t, ViewRank<View>{});
   else return new_view<View>(label, t.shape, ViewRank<View>{});
 }
 template <class View>
-void output_to(Tensor& t, const View& d) {
+void output_to(const TensorSpan& t, const View& d) {
   if constexpr (!kernels_use_host_memory)
     Kokkos::deep_copy(view_of_bytes<typename View::HostMirror>(t, ViewRank<View>{}), d);
 }
 
-// t converted to dtype (a copy only when it differs).
-inline Tensor converted(const Tensor& t, DType dtype) {
-  return t.dtype == dtype ? t : Tensor::from_double(dtype, t.shape, t.to_double());
-}
+// t as dtype: t's own bytes when it has that type, else a converted copy
+// that this object holds (so use it within the expression that made it).
+class Converted {
+ public:
+  Converted(const TensorSpan& t, DType dtype) {
+    if (t.dtype == dtype) {
+      span_ = t;
+    } else {
+      copy_ = Tensor::from_double(dtype, t.shape, t.to_double());
+      span_ = copy_;
+    }
+  }
+  Converted(const Converted&) = delete;  // span_ may point into copy_
+  Converted& operator=(const Converted&) = delete;
+  operator const TensorSpan&() const { return span_; }
+
+ private:
+  Tensor copy_;
+  TensorSpan span_;
+};
+inline Converted converted(const TensorSpan& t, DType dtype) { return Converted(t, dtype); }
 
 template <class T>
 void download(Tensor& t, const DeviceView3<T>& d) {
@@ -136,7 +154,7 @@ void download(Tensor& t, const DeviceView5<T>& d) {
 // dtype) into the views' g, g_gamma or gk, in the accumulation type: the
 // forward's and backward's views alike.
 template <class Acc, class Views>
-void upload_gate(Views& views, GateKind kind, const Tensor& gate, DType acc_dtype) {
+void upload_gate(Views& views, GateKind kind, const TensorSpan& gate, DType acc_dtype) {
   if (kind == GateKind::per_token) views.g = upload3<Acc>("linattn::g", converted(gate, acc_dtype));
   if (kind == GateKind::per_head) views.g_gamma = upload1<Acc>("linattn::g_gamma", converted(gate, acc_dtype));
   if (kind == GateKind::per_channel) views.gk = upload4<Acc>("linattn::gk", converted(gate, acc_dtype));

@@ -20,13 +20,13 @@ void BackwardInputs::start(const BackwardSources& src, std::vector<BackwardWindo
   src_ = &src;
   reads_ = std::move(reads);
   deadline_ = deadline;
-  sent_ = taken_ = 0;
+  sent_ = taken_ = released_ = 0;
   send_ahead();
 }
 
 void BackwardInputs::send_ahead() {
   const std::size_t slots = static_cast<std::size_t>(slots_.size());
-  while (sent_ < reads_.size() && sent_ < taken_ + slots) {
+  while (sent_ < reads_.size() && sent_ < released_ + slots) {
     BlockReads request;
     request.allow_external_data = allow_external_data_;
     request.blocks = reads_[sent_].blocks;
@@ -39,14 +39,20 @@ void BackwardInputs::send_ahead() {
 
 BackwardWindowData BackwardInputs::next() {
   if (taken_ >= reads_.size()) throw std::logic_error("no backward window read left");
+  if (released_ != taken_) throw std::logic_error("a backward window taken before the last one was released");
   const Clock::time_point asked = Clock::now();
   readers_[taken_ % readers_.size()]->wait_read(deadline_);
   waited_ += std::chrono::duration<double>(Clock::now() - asked).count();
   const int slot = static_cast<int>(taken_ % static_cast<std::size_t>(slots_.size()));
   BackwardWindowData d = unpack(reads_[taken_], *src_, slots_.data(slot));
   ++taken_;
-  send_ahead();
   return d;
+}
+
+void BackwardInputs::release() {
+  if (released_ >= taken_) throw std::logic_error("no backward window to release");
+  ++released_;
+  send_ahead();
 }
 
 void BackwardInputs::finish() {
@@ -59,7 +65,7 @@ void BackwardInputs::finish() {
     }
   }
   reads_.clear();
-  sent_ = taken_ = 0;
+  sent_ = taken_ = released_ = 0;
 }
 
 }  // namespace linattn::pipeline

@@ -3,7 +3,9 @@
 // blocks into a slot of the shared input region while the kernels run on the
 // window before, as run's pipeline reads its windows. Read i goes to slot
 // i mod slots and reader i mod readers, at most one read per slot ahead of the
-// window being taken. A reader that crashed or hung fails the case with
+// window being taken: a read goes into a slot once the window that had it is
+// released, so the kernels read their window where the reader put it. A
+// reader that crashed or hung fails the case with
 // ReaderLost (its cause typed), a bad file with FileError.
 #pragma once
 
@@ -23,8 +25,10 @@ class BackwardInputs {
   // The reads of one case, in the order next() hands them out, each until
   // `deadline` (--case-timeout). Sends the first ones.
   void start(const BackwardSources& src, std::vector<BackwardWindowRead> reads, Clock::time_point deadline);
-  // The next read's tensors (waits for it), then sends the read that reuses its slot.
+  // The next read's tensors, in its slot (waits for it); the one taken before must have been released.
   BackwardWindowData next();
+  // The window last taken is done with its slot: sends the read that reuses it.
+  void release();
   // After the case, or after it failed: collects what is still outstanding
   // and closes the files the readers opened. Never throws.
   void finish();
@@ -39,7 +43,7 @@ class BackwardInputs {
   const BackwardSources* src_ = nullptr;
   std::vector<BackwardWindowRead> reads_;
   Clock::time_point deadline_;
-  std::size_t sent_ = 0, taken_ = 0;
+  std::size_t sent_ = 0, taken_ = 0, released_ = 0;
   double waited_ = 0;
 };
 

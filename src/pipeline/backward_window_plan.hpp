@@ -38,8 +38,9 @@ Window whole_case_window(const Problem& whole);
 
 // The working set a window of the case may take under --memory-budget
 // `budget`: a third of it (while the kernels hold one window, the reads ahead
-// fill two slots of at most half a window each, and the outputs of up to two
-// windows wait for the writer), and at most kBackwardWindowCap, so that a
+// fill two slots of at most half a window each, and three output slots hold
+// what the kernels write and two windows waiting for the writer, each at most
+// a third of a window), and at most kBackwardWindowCap, so that a
 // case's reads, kernels and writes overlap over several windows, unless one
 // chunk of every sequence needs more.
 constexpr std::int64_t kBackwardWindowCap = std::int64_t(512) << 20;

@@ -57,26 +57,24 @@ BackwardWindowRead backward_window_read(const BackwardSources& src, const Proble
   return r;
 }
 
-BackwardWindowData unpack(const BackwardWindowRead& read, const BackwardSources& src, const unsigned char* slot) {
-  auto take = [&](int i) {
-    if (i < 0) return Tensor();
+BackwardWindowData unpack(const BackwardWindowRead& read, const BackwardSources& src, unsigned char* slot) {
+  auto span = [&](int i) {
+    if (i < 0) return TensorSpan();
     const pipeline::BlockRead& b = read.blocks[static_cast<std::size_t>(i)];
-    Tensor t = Tensor::uninitialized(b.dtype, b.count);
-    std::memcpy(t.bytes.data(), slot + b.offset, t.bytes.size());
-    return t;
+    return TensorSpan(b.dtype, b.count, slot + b.offset);
   };
   BackwardWindowData d;
-  d.q = take(read.q);
-  d.k = take(read.k);
-  d.v = take(read.v);
-  d.d_o = take(read.d_o);
-  d.h = take(read.h);
-  d.gate = take(read.gate);
-  d.initial_rows = take(read.initial);
+  d.q = span(read.q);
+  d.k = span(read.k);
+  d.v = span(read.v);
+  d.d_o = span(read.d_o);
+  d.h = span(read.h);
+  d.gate = span(read.gate);
+  d.initial_rows = span(read.initial).copy();
   // As run_backward converts a whole initial_state (forward_typed.hpp, converted).
   if (!d.initial_rows.empty() && d.initial_rows.dtype != src.accumulation)
     d.initial_rows = Tensor::from_double(src.accumulation, d.initial_rows.shape, d.initial_rows.to_double());
-  d.dht_rows = take(read.dht);
+  d.dht_rows = span(read.dht).copy();
   return d;
 }
 

@@ -12,6 +12,7 @@
 #include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "core/tensor.hpp"
+#include "core/tensor_span.hpp"
 #include "pipeline/block_read.hpp"
 #include "pipeline/window_plan.hpp"
 
@@ -55,15 +56,17 @@ BackwardWindowRead backward_window_read(const BackwardSources& src, const Proble
                                         const WindowParts& parts);
 
 struct BackwardWindowData {
-  Tensor q, k, v, d_o;  // [rows, t1 - t0, H, DK|DV]; d_o empty unless read
-  Tensor h;             // h's chunks [chunk0, chunk0 + chunks) of every row, as stored; empty unless read
+  TensorSpan q, k, v, d_o;  // [rows, t1 - t0, H, DK|DV]; d_o empty unless read
+  TensorSpan h;             // h's chunks [chunk0, chunk0 + chunks) of every row, as stored; empty unless read
   // g [rows, t1 - t0, H], gk [rows, t1 - t0, H, DK], or all of g_gamma [H], in the accumulation type;
   // empty without a gate.
-  Tensor gate;
+  TensorSpan gate;
   Tensor initial_rows, dht_rows;  // [count, H, DK, DV] in the accumulation type; empty unless read
 };
 
-// The tensors of a read, copied out of the slot it filled.
-BackwardWindowData unpack(const BackwardWindowRead& read, const BackwardSources& src, const unsigned char* slot);
+// The tensors of a read, where it put them in `slot` (so the slot stays
+// untouched while they are in use); the few initial_state and dht rows are
+// copied out, converted to the accumulation type.
+BackwardWindowData unpack(const BackwardWindowRead& read, const BackwardSources& src, unsigned char* slot);
 
 }  // namespace linattn

@@ -54,4 +54,19 @@ class SlotPool {
   std::condition_variable changed_;
 };
 
+// A slot acquired from a pool, released when the lease ends (whichever
+// thread ends it: the streamed backward hands its output slots to the writer).
+class SlotLease {
+ public:
+  explicit SlotLease(SlotPool& pool) : pool_(pool), slot_(pool.acquire()) {}
+  ~SlotLease() { pool_.release(slot_); }
+  SlotLease(const SlotLease&) = delete;
+  SlotLease& operator=(const SlotLease&) = delete;
+  unsigned char* data() const { return pool_.data(slot_); }
+
+ private:
+  SlotPool& pool_;
+  int slot_;
+};
+
 }  // namespace linattn::pipeline

@@ -1,6 +1,7 @@
 #include "pipeline/streamed_backward.hpp"
 
 #include "kernels/forward.hpp"
+#include "pipeline/backward_window_outputs.hpp"
 
 #include <cstring>
 #include <memory>
@@ -96,10 +97,15 @@ WindowParts parts_of(const Edges& e, const Window& w, bool backward, bool recomp
   return parts;
 }
 
-// A window's outputs on their way to the writer.
+// A window's outputs on their way to the writer: dq, dk, dv (and dg) in an
+// output slot, released when the writer is done with them (or skipped them
+// after an earlier error).
 struct WindowWrites {
+  explicit WindowWrites(pipeline::SlotPool& outputs) : slot(outputs) {}
+  pipeline::SlotLease slot;
   std::int64_t t0 = 0;
-  Tensor dq, dk, dv, dg;
+  BackwardTargets grads;
+  bool write_dg = false;
   std::int64_t dh0_row0 = 0;
   Tensor dh0;  // rows of the sequences that start in the window; empty when none
 };
@@ -109,11 +115,11 @@ struct WindowWrites {
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
                                              const std::vector<Window>& windows, const BackwardSources& src,
                                              pipeline::BackwardInputs& in, pipeline::Clock::time_point deadline,
-                                             pipeline::GradWriteStage& out,
+                                             pipeline::SlotPool& output_slots, pipeline::GradWriteStage& out,
                                              const std::function<void(const Window&, bool backward)>& window_done) {
   StreamedBackwardResult r;
   const bool has_initial = src.has_initial_state, has_dht = src.has_dht;
-  const DType acc = src.accumulation;
+  const DType acc = src.accumulation, output = config.output_fp32 ? DType::f32 : src.input;
 
   // The steps, and their reads in that order: with recompute_h (and more
   // than one window) the forward pass over the windows whose state goes on,
@@ -150,8 +156,11 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
         ++step;
         const Problem wp = window_problem(whole, w);
         const Tensor s0 = start_states(whole, e, carry, d.initial_rows, has_initial, acc);
-        const ForwardOutput f = run_forward(wp, forward, d.q, d.k, d.v, s0.empty() ? nullptr : &s0, nullptr,
-                                            d.gate.empty() ? nullptr : &d.gate);
+        // run_forward takes tensors: this pass (only with --recompute-h) copies its window out of the slot.
+        const Tensor gate = d.gate.copy();
+        const ForwardOutput f = run_forward(wp, forward, d.q.copy(), d.k.copy(), d.v.copy(), s0.empty() ? nullptr : &s0,
+                                            nullptr, gate.empty() ? nullptr : &gate);
+        in.release();
         r.upload_seconds += f.upload_seconds;
         r.kernel_seconds += f.kernel_seconds;
         r.download_seconds += f.download_seconds;
@@ -176,16 +185,18 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
         config.recompute_h ? start_states(whole, e, starts[steps[step].window], d.initial_rows, has_initial, acc)
                            : Tensor();
     const Tensor dht = final_gradients(whole, e, dS, d.dht_rows, has_dht, acc);
-    BackwardOutput b = run_backward(wp, config, d.q, d.k, d.v, config.recompute_h ? nullptr : &d.h,
-                                    s0.empty() ? nullptr : &s0, d.d_o, dht.empty() ? nullptr : &dht,
-                                    d.gate.empty() ? nullptr : &d.gate);
+    const BackwardSpans spans{d.q, d.k, d.v, d.d_o, d.h, s0, dht, d.gate};
+    // The outputs go into an output slot (waiting for the writer to free one).
+    auto writes = std::make_shared<WindowWrites>(output_slots);
+    writes->grads = backward_window_targets(wp, output, acc, config.gate, writes->slot.data());
+    BackwardOutput b = run_backward(wp, config, spans, &writes->grads);
+    in.release();
     r.upload_seconds += b.upload_seconds;
     r.kernel_seconds += b.kernel_seconds;
     r.download_seconds += b.download_seconds;
     r.gemm = b.gemm;
     // dh0 of the sequences that start here is final; that of the rows that
     // continue from the window before is the dS it takes as dht.
-    auto writes = std::make_shared<WindowWrites>();
     writes->t0 = w.t0;
     if (e.in_rows < e.sequences) {
       writes->dh0_row0 = w.seq_begin + e.in_rows;
@@ -193,18 +204,14 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
     }
     dS = e.in_rows > 0 ? row_slice(b.dh0, 0, e.in_rows) : Tensor();
     if (config.gate == GateKind::per_head) {
-      const std::vector<double> dg = b.dg.to_double();
+      const std::vector<double> dg = writes->grads.dg.to_double();
       for (std::size_t j = 0; j < dg.size(); ++j) dg_gamma[j % dg_gamma.size()] += dg[j];
-    } else if (config.gate != GateKind::none) {
-      writes->dg = std::move(b.dg);
     }
-    writes->dq = std::move(b.dq);
-    writes->dk = std::move(b.dk);
-    writes->dv = std::move(b.dv);
+    writes->write_dg = config.gate != GateKind::none && config.gate != GateKind::per_head;
     out.submit([writes](GradOutputStream& o) {
-      o.write_tokens(writes->t0, writes->dq, writes->dk, writes->dv);
+      o.write_tokens(writes->t0, writes->grads.dq, writes->grads.dk, writes->grads.dv);
       if (!writes->dh0.empty()) o.write_dh0(writes->dh0_row0, writes->dh0);
-      if (!writes->dg.empty()) o.write_dg(writes->t0, writes->dg);
+      if (writes->write_dg) o.write_dg(writes->t0, writes->grads.dg);
     });
     window_done(w, true);
   }

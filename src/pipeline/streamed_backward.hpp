@@ -17,13 +17,17 @@
 //
 // Reading, the kernels and writing overlap: reader processes read the next
 // windows (backward_inputs.hpp) and a writer thread writes the last ones
-// (grad_write_stage.hpp) while run_backward runs on this one.
+// (grad_write_stage.hpp) while run_backward runs on this one. No window is
+// copied on the host: the kernels read it in the read slot the reader filled
+// and write their results into an output slot (backward_window_outputs.hpp)
+// that the writer writes from; under CUDA both are page-locked.
 #pragma once
 
 #include "core/problem.hpp"
 #include "kernels/backward.hpp"
 #include "pipeline/backward_inputs.hpp"
 #include "pipeline/grad_write_stage.hpp"
+#include "pipeline/host_buffers.hpp"
 #include "pipeline/window_plan.hpp"
 
 #include <cstdint>
@@ -39,13 +43,14 @@ struct StreamedBackwardResult {
 
 // Runs the windows (in token order, as plan_backward_windows gives them),
 // reading them through `in` (until `deadline`), and writes dq, dk, dv and dh0
-// (and the gate's gradient) through `out` window by window; drains `out`
-// before it returns. `window_done` is called after each window of each pass
+// (and the gate's gradient) through `out` window by window, each window's in
+// a slot of `output_slots` (as large as backward_window_output_bytes of every
+// window) until it is written; drains `out` before it returns. `window_done` is called after each window of each pass
 // (forward: false) with the window.
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
                                              const std::vector<Window>& windows, const BackwardSources& src,
                                              pipeline::BackwardInputs& in, pipeline::Clock::time_point deadline,
-                                             pipeline::GradWriteStage& out,
+                                             pipeline::SlotPool& output_slots, pipeline::GradWriteStage& out,
                                              const std::function<void(const Window&, bool backward)>& window_done);
 
 }  // namespace linattn
