@@ -322,7 +322,10 @@ def start_batch(exe, batch, workdir):
                                   cwd=workdir, preexec_fn=child_limits)
 
 
-def finish_batch(exe, batch):
+def finish_batch(exe, batch, check=None):
+    """Waits for the batch (killing it past BATCH_TIMEOUT), checks how it
+    ended and that its output is clean text, then runs check(exe, batch, rc)
+    (check_batch by default) on what it reported."""
     proc = batch.proc
     try:
         out, err = proc.communicate(timeout=max(1.0, BATCH_TIMEOUT - (time.monotonic() - batch.started)))
@@ -352,7 +355,7 @@ def finish_batch(exe, batch):
         if controls:
             batch.problem(None, f"{name} holds control characters {', '.join(controls)}")
     batch.stdout, batch.stderr = texts["stdout"], texts["stderr"]
-    check_batch(exe, batch, rc)
+    (check or check_batch)(exe, batch, rc)
 
 
 def check_batch(exe, batch, rc):

@@ -1,7 +1,7 @@
 #include "app/backward_batch.hpp"
 
 #include "app/output_names.hpp"
-#include "app/recorded_paths.hpp"
+#include "io/recorded_paths.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "core/ledger.hpp"
@@ -12,6 +12,7 @@
 #include "io/grad_output_stream.hpp"
 #include "io/hdf5_dataset.hpp"
 #include "io/hdf5_file.hpp"
+#include "io/backward_case.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "core/gate.hpp"
@@ -48,10 +49,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string describe_sequences(const std::vector<std::int64_t>& cu_seqlens) {
-  return cu_seqlens.empty() ? "none" : std::to_string(cu_seqlens.size() - 1) + " sequences";
-}
-
 // The output name of a case, refused when it clashes with another case's,
 // is one of the case's own inputs, or exists (unless --force).
 void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, BackwardCaseResult& r) {
@@ -63,62 +60,6 @@ void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, Ba
   if (!opt.force && fs::exists(r.output)) throw FileError(r.output, "output exists (pass --force to overwrite)");
 }
 
-// What the backward needs of a forward output: its attributes, the shapes of
-// o and final_state (checked against the input; their data is not needed, and
-// o is as large as the inputs), the shape and dtype of its snapshots (read in
-// windows later, when not recomputed) and its cu_seqlens.
-struct ForwardOutputParts {
-  RunRecord record;
-  std::vector<std::int64_t> o_shape, final_state_shape, h_shape;  // h_shape empty: no snapshots stored
-  DType h_dtype = DType::f32;
-  bool h_external = false;  // h's data are in other files (--allow-external-data)
-  std::vector<std::int64_t> cu_seqlens;
-};
-
-ForwardOutputParts read_forward_parts(const std::string& path) {
-  const hdf5::File file = hdf5::open_read_only(path);
-  const hid_t f = file.get();
-  ForwardOutputParts fw;
-  fw.record = read_run_record(f, path);
-  fw.o_shape = hdf5::dataset_info(f, path, "o").shape;
-  fw.final_state_shape = hdf5::dataset_info(f, path, "final_state").shape;
-  if (fw.record.snapshot_dtype != "none") {
-    const hdf5::DatasetInfo h = hdf5::dataset_info(f, path, "h");
-    fw.h_shape = h.shape;
-    fw.h_dtype = h.dtype;
-    fw.h_external = hdf5::reads_other_files(hdf5::open_dataset(f, path, "h").get());
-  }
-  if (hdf5::link_exists(f, "cu_seqlens")) fw.cu_seqlens = hdf5::read_index_vector(f, path, "cu_seqlens");
-  return fw;
-}
-
-// The forward output against the input case it names: the same shapes and
-// sequences, so that its snapshots belong to these q, k and v.
-void check_forward_matches(const std::string& forward, const ForwardOutputParts& fw, const std::string& input_file,
-                           const Problem& p) {
-  const std::string its = "its input case " + input_file + ":" + fw.record.input_group;
-  const std::string changed = " (the input changed since the forward?)";
-  auto check_shape = [&](const char* name, const std::vector<std::int64_t>& shape,
-                         const std::vector<std::int64_t>& expected) {
-    if (shape != expected)
-      throw FileError(forward, name, "shape " + shape_string(shape) + ", but " + its + " implies " +
-                                         shape_string(expected) + " at chunk " + std::to_string(p.chunk) + changed);
-  };
-  check_shape("o", fw.o_shape, p.o_shape());
-  if (fw.record.num_sequences != 0 && fw.record.num_sequences != p.num_sequences())
-    throw FileError(forward, "attribute 'num_sequences' = " + std::to_string(fw.record.num_sequences) + ", but " +
-                                 its + " holds " + std::to_string(p.num_sequences()) + " sequences" + changed);
-  if (fw.cu_seqlens.size() != p.cu_seqlens.size())
-    throw FileError(forward, "cu_seqlens (" + describe_sequences(fw.cu_seqlens) + ") differ from those of " + its +
-                                 " (" + describe_sequences(p.cu_seqlens) + ")" + changed);
-  for (std::size_t i = 0; i < p.cu_seqlens.size(); ++i)
-    if (fw.cu_seqlens[i] != p.cu_seqlens[i])
-      throw FileError(forward, "cu_seqlens", "entry " + std::to_string(i) + " is " + std::to_string(fw.cu_seqlens[i]) +
-                                                 ", but " + its + " has " + std::to_string(p.cu_seqlens[i]) + changed);
-  check_shape("final_state", fw.final_state_shape, p.state_shape());
-  if (!fw.h_shape.empty()) check_shape("h", fw.h_shape, p.h_shape());
-}
-
 // The bytes a window reads from q, k, v, do and writes to dq, dk, dv (the progress' GB/s).
 std::int64_t window_traffic(const Problem& p, const BackwardStorage& s, const Window& w) {
   const std::int64_t rows = p.varlen() ? 1 : p.B;
@@ -127,76 +68,8 @@ std::int64_t window_traffic(const Problem& p, const BackwardStorage& s, const Wi
           (2 * p.DK + p.DV) * static_cast<std::int64_t>(dtype_size(s.output)));
 }
 
-// A case checked from metadata only: the forward output against its input
-// case and the gradient input, before any data is read.
-struct CheckedCase {
-  ForwardOutputParts fw;
-  CaseSchema in;  // the input case (read_case's checks)
-  GradSchema grad;
-  Problem p;
-  DType dtype = DType::f32;
-  std::string group;  // the input case's group, "" for the root
-  std::string input_file;  // the forward's input file, found from the forward output (recorded_paths.hpp)
-  DType initial_dtype = DType::f32;  // the input case's initial_state as stored
-};
-
-CheckedCase check_case(const BackwardOptions& opt, BackwardCaseResult& r) {
-  CheckedCase c;
-  const bool recompute = opt.backward.recompute_h;
-  c.fw = read_forward_parts(r.forward);
-  const ForwardOutputParts& fw = c.fw;
-  const RunRecord& rec = fw.record;
-  if (rec.normalize)
-    throw FileError(r.forward, "is a normalized forward (--normalize): the backward takes unnormalized forwards");
-  if (fw.h_shape.empty() && !recompute)
-    throw FileError(r.forward, "holds no snapshots h (its forward ran with --snapshots none): pass --recompute-h to "
-                               "recompute them from the input case");
-
-  c.group = rec.input_group == "/" ? "" : rec.input_group;
-  c.input_file = resolve_recorded_path(r.forward, {rec.input_file, rec.input_file_relative}, "input_file");
-  {
-    const hdf5::File f = hdf5::open_read_only(c.input_file);
-    c.in = inspect_case(f.get(), c.input_file, c.group);
-    if (c.in.has_initial_state)
-      c.initial_dtype = hdf5::dataset_info(f.get(), c.input_file, dataset_path(c.group, "initial_state")).dtype;
-  }
-  if (rec.gate != gate_dataset_name(c.in.gate))
-    throw FileError(r.forward, "was made with gate '" + rec.gate + "', but its input case " + c.input_file + ":" +
-                                   rec.input_group + " holds gate '" + gate_dataset_name(c.in.gate) +
-                                   "' (the input changed since the forward?)");
-  c.dtype = c.in.q.dtype;
-  if (rec.input_dtype != dtype_name(c.dtype))
-    throw FileError(c.input_file, dataset_path(c.group, "q"),
-                    std::string("dtype ") + dtype_name(c.dtype) + ", but " + r.forward + " was made from " +
-                        rec.input_dtype + " inputs (the input changed since the forward?)");
-  try {
-    // inspect_case checked initial_state's shape.
-    c.p = problem_from_shapes(c.in.q.shape, c.in.k.shape, c.in.v.shape, rec.chunk_size, rec.scale, nullptr,
-                              c.in.cu_seqlens);
-    validate(c.p);
-  } catch (const std::invalid_argument& e) {
-    throw FileError(r.forward, std::string("its input case ") + c.input_file + ":" + rec.input_group +
-                                   " and attributes do not make a problem the backward runs: " + e.what());
-  }
-  r.problem = c.p;
-  r.dtype = c.dtype;
-  r.gate = c.in.gate;
-  check_forward_matches(r.forward, fw, c.input_file, c.p);
-  const DType acc = accumulation_dtype(c.dtype);
-  if (!recompute && fw.h_dtype != DType::bf16 && fw.h_dtype != acc)
-    throw FileError(r.forward, "h", std::string("dtype ") + dtype_name(fw.h_dtype) + ", expected bf16 or " +
-                                        dtype_name(acc) + " (the accumulation type of " + dtype_name(c.dtype) +
-                                        " inputs)");
-  const hdf5::File f = hdf5::open_read_only(r.grad);
-  c.grad = inspect_grad_case(f.get(), r.grad, rec.input_group, c.p, c.dtype);
-  r.external_data = c.in.external_data;
-  r.external_data.insert(r.external_data.end(), c.grad.external_data.begin(), c.grad.external_data.end());
-  if (fw.h_external && !recompute) r.external_data.push_back("h");
-  return c;
-}
-
 // The output file's attributes (docs/HDF5.md, "Gradient outputs").
-GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const BackwardStorage& s,
+GradRecord grad_record(const BackwardCase& c, const BackwardCaseResult& r, const BackwardStorage& s,
                        const StreamedBackwardResult& res) {
   const Problem& p = c.p;
   GradRecord gr;
@@ -220,23 +93,23 @@ GradRecord grad_record(const CheckedCase& c, const BackwardCaseResult& r, const 
   auto size = [](DType t) { return static_cast<std::int64_t>(dtype_size(t)); };
   const std::int64_t tokens = p.B * p.T * p.H, states = p.num_sequences() * p.H * p.DK * p.DV;
   const std::int64_t h_or_initial = !s.recompute_h ? p.h_shape()[0] * p.total_chunks() * p.H * p.DK * p.DV * size(s.snapshot)
-                                    : c.in.has_initial_state ? states * size(s.accumulation)
+                                    : c.has_initial_state ? states * size(s.accumulation)
                                                              : 0;
   run.min_bytes = static_cast<double>(tokens * (2 * p.DK + 2 * p.DV) * size(s.input) +
-                                      (c.grad.has_dht ? states * size(s.accumulation) : 0) + h_or_initial +
+                                      (c.has_dht ? states * size(s.accumulation) : 0) + h_or_initial +
                                       tokens * (2 * p.DK + p.DV) * size(s.output) + states * size(s.accumulation));
   const RecordedPath input = record_path(c.input_file, r.output), forward = record_path(r.forward, r.output),
                      grad = record_path(r.grad, r.output);
   run.input_file = input.absolute;
   run.input_file_relative = input.relative;
-  run.input_group = c.fw.record.input_group;
+  run.input_group = c.input_group;
   run.num_sequences = p.num_sequences();
   run.gate = gate_dataset_name(s.gate);
   gr.forward_file = forward.absolute;
   gr.forward_file_relative = forward.relative;
   gr.grad_file = grad.absolute;
   gr.grad_file_relative = grad.relative;
-  gr.grad_group = c.grad.group.empty() ? "/" : c.grad.group;
+  gr.grad_group = c.grad_group.empty() ? "/" : c.grad_group;
   gr.recompute_h = s.recompute_h;
   return gr;
 }
@@ -267,10 +140,10 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
 class BackwardBuffers {
  public:
   static constexpr int kReadSlots = 2, kOutputSlots = 3;
-  explicit BackwardBuffers(std::string exe) : exe_(std::move(exe)) {}
+  // The readers start with one page of slots: they first check a case (metadata only), then grow.
+  explicit BackwardBuffers(const std::string& exe) : reads_(exe, kReadSlots, kReadSlots, 4096) {}
   void ensure(std::int64_t read_slot_bytes, std::int64_t output_slot_bytes) {
-    if (!reads_) reads_ = std::make_unique<pipeline::ReaderGroup>(exe_, kReadSlots, kReadSlots, read_slot_bytes);
-    else reads_->ensure_slot_bytes(read_slot_bytes);
+    reads_.ensure_slot_bytes(read_slot_bytes);
     if (output_slots_ && output_slots_->slot_bytes() >= output_slot_bytes) return;
     output_slots_.reset();
     outputs_.reset();  // unmapped before the larger one is made
@@ -278,25 +151,22 @@ class BackwardBuffers {
     outputs_ = std::make_unique<pipeline::HostRegion>(kOutputSlots * bytes, false);
     output_slots_ = std::make_unique<pipeline::SlotPool>(*outputs_, kOutputSlots);
   }
-  pipeline::ReaderGroup& reads() { return *reads_; }
+  pipeline::ReaderGroup& reads() { return reads_; }
   pipeline::SlotPool& output_slots() { return *output_slots_; }
 
   // Where the time and memory went, for the pipeline line.
   std::string describe() const {
     auto mib = [](std::int64_t b) { return std::to_string(b >> 20) + " MiB"; };
-    if (!reads_) return "no reads";
-    return "reader busy " + fixed(reads_->busy_seconds(), 2) + " s (" + std::to_string(kReadSlots) +
+    return "reader busy " + fixed(reads_.busy_seconds(), 2) + " s (" + std::to_string(kReadSlots) +
            " processes, peak RSS " + std::to_string(peak_rss_ >> 20) + " MiB); " + std::to_string(kReadSlots) +
-           " read slots of " + mib(reads_->slot_bytes()) + " + " + std::to_string(kOutputSlots) + " output slots of " +
-           mib(output_slots_->slot_bytes()) + (reads_->pinned() && outputs_->pinned() ? ", page-locked" : "");
+           " read slots of " + mib(reads_.slot_bytes()) + " + " + std::to_string(kOutputSlots) + " output slots of " +
+           mib(output_slots_ ? output_slots_->slot_bytes() : 0) +
+           (reads_.pinned() && outputs_ && outputs_->pinned() ? ", page-locked" : "");
   }
-  void stop() {
-    if (reads_) peak_rss_ = reads_->stop();
-  }
+  void stop() { peak_rss_ = reads_.stop(); }
 
  private:
-  std::string exe_;
-  std::unique_ptr<pipeline::ReaderGroup> reads_;
+  pipeline::ReaderGroup reads_;
   std::unique_ptr<pipeline::HostRegion> outputs_;
   std::unique_ptr<pipeline::SlotPool> output_slots_;
   std::int64_t peak_rss_ = 0;
@@ -339,17 +209,26 @@ double warm_up(const Problem& p, const BackwardConfig& config, const BackwardSto
 void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std::string& label,
               BackwardCaseResult& r, std::set<std::string>& warmed, BackwardBuffers& buffers, StageTimes& stages) {
   const Clock::time_point started = Clock::now();
-  const CheckedCase c = check_case(opt, r);
+  auto deadline = [&] {
+    return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt.case_timeout * 1000));
+  };
+  // The case's files are first opened in a reader process: a hostile one costs only this case.
+  const BackwardCase c = buffers.reads().reader(0).inspect_backward(r.forward, r.grad, opt.backward.recompute_h,
+                                                                    opt.allow_external_data, deadline());
   const Problem& p = c.p;
+  r.problem = c.p;
+  r.dtype = c.dtype;
+  r.gate = c.gate;
+  r.external_data = c.external_data;
 
   // Windows: the whole case when it fits the budget.
   BackwardStorage storage;
   storage.input = c.dtype;
   storage.output = opt.backward.output_fp32 ? DType::f32 : c.dtype;
   storage.accumulation = accumulation_dtype(c.dtype);
-  storage.snapshot = c.fw.h_dtype;
+  storage.snapshot = c.h_dtype;
   storage.recompute_h = opt.backward.recompute_h;
-  storage.gate = c.in.gate;
+  storage.gate = c.gate;
   const std::int64_t budget = opt.memory_budget > 0 ? opt.memory_budget : pipeline::default_memory_budget();
   const std::int64_t limit = backward_window_limit(p, storage, budget);
   const std::vector<Window> windows = plan_backward_windows(p, storage, limit);
@@ -364,19 +243,19 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
 
   BackwardSources src;
   src.input_file = c.input_file;
-  src.input_group = c.group;
-  src.has_initial_state = c.in.has_initial_state;
+  src.input_group = c.group();
+  src.has_initial_state = c.has_initial_state;
   src.initial_dtype = c.initial_dtype;
   src.grad_file = r.grad;
-  src.grad_group = c.grad.group;
-  src.has_dht = c.grad.has_dht;
+  src.grad_group = c.grad_group;
+  src.has_dht = c.has_dht;
   src.forward_file = r.forward;
   src.read_h = !storage.recompute_h;
-  src.h_dtype = c.fw.h_dtype;
+  src.h_dtype = c.h_dtype;
   src.input = storage.input;
   src.accumulation = storage.accumulation;
   src.allow_nonfinite = opt.allow_nonfinite;
-  src.gate = c.in.gate;
+  src.gate = c.gate;
   std::unique_ptr<pipeline::PartialRegistration> registration;
   const std::unique_ptr<GradOutputStream> out = open_output(r.output, p, storage, registration);
 
@@ -386,7 +265,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
   StreamedBackwardResult res;
   try {
     BackwardConfig config = opt.backward;
-    config.gate = c.in.gate;
+    config.gate = c.gate;
     const std::string configuration = std::to_string(static_cast<int>(storage.input)) + ":" +
                                       std::to_string(static_cast<int>(storage.snapshot)) + ":" + std::to_string(p.DK) +
                                       "x" + std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
@@ -394,8 +273,7 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
     if (warmed.insert(configuration).second) r.warm_up_seconds = warm_up(p, config, storage);
     buffers.ensure(backward_read_slot_bytes(limit), output_slot_bytes);
     pipeline::BackwardInputs inputs(buffers.reads().processes(), buffers.reads().slots(), opt.allow_external_data);
-    const Clock::time_point until =
-        Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt.case_timeout * 1000));
+    const Clock::time_point until = deadline();
     try {
       // Two windows' outputs may wait for the writer while the kernels run on a third.
       pipeline::GradWriteStage writer(*out, 2);

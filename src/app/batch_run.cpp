@@ -1,7 +1,7 @@
 #include "app/batch_run.hpp"
 
 #include "app/output_names.hpp"
-#include "app/recorded_paths.hpp"
+#include "io/recorded_paths.hpp"
 
 #include "pipeline/progress_reporter.hpp"
 #include "app/case_result_message.hpp"

@@ -3,7 +3,7 @@
 // gradient output of `linattn backward` (it holds dq) goes to verify_gradients.
 #include "app/chunk_errors.hpp"
 #include "app/command.hpp"
-#include "app/recorded_paths.hpp"
+#include "io/recorded_paths.hpp"
 #include "app/reference_by_head.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"

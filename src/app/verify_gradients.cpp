@@ -1,6 +1,6 @@
 #include "app/verify_gradients.hpp"
 
-#include "app/recorded_paths.hpp"
+#include "io/recorded_paths.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
 #include "app/verify_progress.hpp"

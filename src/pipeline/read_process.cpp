@@ -77,6 +77,13 @@ class Worker {
           }
           case MessageKind::read_window: read(decode_window_read(payload)); break;
           case MessageKind::read_blocks: read(decode_block_reads(payload)); break;
+          case MessageKind::inspect_backward: {
+            const std::string forward = m.str(), grad = m.str();
+            const bool recompute_h = m.i64() != 0;
+            hdf5::set_external_data_allowed(m.i64() != 0);
+            send_message(socket_, MessageKind::backward_case, encode(inspect_backward_case(forward, grad, recompute_h)));
+            break;
+          }
           case MessageKind::close_case:
             open_.reset();
             blocks_.clear();

@@ -204,4 +204,61 @@ CaseSchema decode_case_schema(const std::string& payload) {
   return s;
 }
 
+namespace {
+
+// An enum's value from a message, refused outside [0, last].
+template <class Enum>
+Enum enum_value(MessageReader& m, Enum last) {
+  const std::int64_t v = m.i64();
+  if (v < 0 || v > static_cast<std::int64_t>(last)) throw std::runtime_error("malformed message from the reader process");
+  return static_cast<Enum>(v);
+}
+
+}  // namespace
+
+std::string encode(const BackwardCase& c) {
+  MessageWriter w;
+  std::int64_t scale_bits;
+  std::memcpy(&scale_bits, &c.p.scale, sizeof scale_bits);
+  w.i64(c.p.B).i64(c.p.T).i64(c.p.H).i64(c.p.DK).i64(c.p.DV).i64(c.p.chunk).i64(scale_bits).i64s(c.p.cu_seqlens);
+  w.i64(static_cast<std::int64_t>(c.dtype)).i64(static_cast<std::int64_t>(c.h_dtype));
+  w.i64(static_cast<std::int64_t>(c.gate)).i64(c.has_initial_state).i64(static_cast<std::int64_t>(c.initial_dtype));
+  w.str(c.input_file).str(c.input_group).str(c.grad_group).i64(c.has_dht);
+  w.i64(static_cast<std::int64_t>(c.external_data.size()));
+  for (const std::string& name : c.external_data) w.str(name);
+  return w.bytes();
+}
+
+BackwardCase decode_backward_case(const std::string& payload) {
+  MessageReader m(payload);
+  BackwardCase c;
+  c.p.B = m.i64();
+  c.p.T = m.i64();
+  c.p.H = m.i64();
+  c.p.DK = m.i64();
+  c.p.DV = m.i64();
+  c.p.chunk = m.i64();
+  const std::int64_t scale_bits = m.i64();
+  std::memcpy(&c.p.scale, &scale_bits, sizeof scale_bits);
+  c.p.cu_seqlens = m.i64s();
+  c.dtype = enum_value(m, DType::f64);
+  c.h_dtype = enum_value(m, DType::f64);
+  c.gate = enum_value(m, GateKind::per_channel);
+  c.has_initial_state = m.i64() != 0;
+  c.initial_dtype = enum_value(m, DType::f64);
+  c.input_file = m.str();
+  c.input_group = m.str();
+  c.grad_group = m.str();
+  c.has_dht = m.i64() != 0;
+  const std::int64_t external = m.i64();
+  if (external < 0 || external > 16) throw std::runtime_error("malformed message from the reader process");
+  for (std::int64_t i = 0; i < external; ++i) c.external_data.push_back(m.str());
+  try {
+    validate(c.p);  // the reader validated it; a malformed message would not be
+  } catch (const std::invalid_argument&) {
+    throw std::runtime_error("malformed message from the reader process");
+  }
+  return c;
+}
+
 }  // namespace linattn::pipeline

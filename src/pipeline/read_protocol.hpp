@@ -3,6 +3,7 @@
 // length, then the payload: 64-bit integers and length-prefixed strings.
 #pragma once
 
+#include "io/backward_case.hpp"
 #include "io/input_file.hpp"
 #include "pipeline/block_read.hpp"
 
@@ -20,10 +21,13 @@ enum class MessageKind : std::uint32_t {
   read_window = 3,  // request: WindowRead                -> reply done
   close_case = 4,   // request: nothing                   -> reply done
   read_blocks = 5,  // request: BlockReads                -> reply done (any job's window: block_read.hpp)
+  inspect_backward = 6,  // request: forward output, gradient input, recompute h, allow external data
+                         //   -> reply backward_case (io/backward_case.hpp)
   cases = 11,
   schema = 12,
   done = 13,
   failed = 14,      // reply: the one-line error
+  backward_case = 15,
 };
 
 class MessageWriter {
@@ -92,5 +96,8 @@ BlockReads decode_block_reads(const std::string& payload);
 
 std::string encode(const CaseSchema& s);
 CaseSchema decode_case_schema(const std::string& payload);
+
+std::string encode(const BackwardCase& c);
+BackwardCase decode_backward_case(const std::string& payload);
 
 }  // namespace linattn::pipeline

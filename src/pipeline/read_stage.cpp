@@ -141,6 +141,15 @@ CaseSchema ReaderProcess::open_case(const std::string& file, const std::string& 
   return decode_case_schema(wait_reply(MessageKind::schema, deadline, "while opening"));
 }
 
+BackwardCase ReaderProcess::inspect_backward(const std::string& forward, const std::string& grad, bool recompute_h,
+                                             bool allow_external_data, Clock::time_point deadline) {
+  if (socket_ < 0) start();
+  doing_ = forward + " and " + grad;
+  send(MessageKind::inspect_backward,
+       MessageWriter().str(forward).str(grad).i64(recompute_h).i64(allow_external_data).bytes());
+  return decode_backward_case(wait_reply(MessageKind::backward_case, deadline, "while checking"));
+}
+
 void ReaderProcess::close_case(Clock::time_point deadline) {
   if (socket_ < 0) return;
   send(MessageKind::close_case, "");

@@ -5,6 +5,7 @@
 // and the next request starts a fresh reader.
 #pragma once
 
+#include "io/backward_case.hpp"
 #include "io/input_file.hpp"
 #include "pipeline/read_protocol.hpp"
 
@@ -39,6 +40,9 @@ class ReaderProcess {
   CaseSchema open_case(const std::string& file, const std::string& group, bool allow_nonfinite,
                        bool allow_external_data, Clock::time_point deadline);
   void close_case(Clock::time_point deadline);
+  // The backward's checks of one case, from metadata only (io/backward_case.hpp).
+  BackwardCase inspect_backward(const std::string& forward, const std::string& grad, bool recompute_h,
+                                bool allow_external_data, Clock::time_point deadline);
 
   // Pipelined window reads: send any number, then collect their replies in order.
   void send_read(const WindowRead& read);

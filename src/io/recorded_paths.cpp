@@ -1,4 +1,4 @@
-#include "app/recorded_paths.hpp"
+#include "io/recorded_paths.hpp"
 
 #include "io/file_error.hpp"
 
