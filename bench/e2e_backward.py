@@ -78,6 +78,8 @@ def main():
     ap.add_argument("--cases", type=int, default=4)
     ap.add_argument("--workdir", default="/dev/shm/linattn-e2e-backward")
     ap.add_argument("--no-script", action="store_true", help="time linattn alone (no fla script)")
+    ap.add_argument("--budget", action="append", default=[],
+                    help="also time the backward under this --memory-budget (repeatable; its peak RSS against it)")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=4, metavar=("INPUT", "GRAD", "OUTDIR", "SCALE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -114,6 +116,14 @@ def main():
     rss = next((l for l in p.stdout.splitlines() if l.startswith("peak RSS")), "")
     print(p.stdout)
     rows.append({"job": "linattn backward --no-fsync", "wall_s": round(wall, 3), "peak_rss": rss})
+    for budget in args.budget:
+        t0 = time.perf_counter()
+        p = subprocess.run(cmd + ["--memory-budget", budget], check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        print(p.stdout)
+        rss = next((l for l in p.stdout.splitlines() if l.startswith("peak RSS")), "")
+        rows.append({"job": f"linattn backward --no-fsync --memory-budget {budget}", "wall_s": round(wall, 3),
+                     "peak_rss": rss})
 
     if not args.no_script:
         os.makedirs(os.path.join(w, "script"))
