@@ -100,18 +100,7 @@ def check_backward_batch(exe, batch, rc):
             elif pairs[i - 1][0] != label:
                 batch.problem(seed_of[label], f"case [{i}] should be {pairs[i - 1][0]}: {line!r}")
             results[i] = (label, ok, m.group(5) if ok else m.group(6))
-    missing = [i for i in range(1, len(pairs) + 1) if i not in results]
-    if missing:
-        batch.problem(None, f"no result line for case(s) {missing[:10]} of {len(pairs)}")
-    n_ok = sum(1 for r in results.values() if r[1])
-    n_failed = len(results) - n_ok
-    if summary is None:
-        batch.problem(None, "no summary line 'cases: N ok, M failed'")
-    elif summary != (n_ok, n_failed):
-        batch.problem(None, f"summary says {summary[0]} ok, {summary[1]} failed; result lines say {n_ok}, {n_failed}")
-    if (rc == 0) != (n_failed == 0) and rc in (0, 1):
-        batch.problem(None, f"exit code {rc} with {n_failed} failed case(s)")
-    batch.ok, batch.failed = n_ok, n_failed
+    fz.check_counts(batch, len(pairs), {i: r[1] for i, r in results.items()}, summary, rc)
 
     present = set()
     for root, _, names in os.walk(batch.outdir):

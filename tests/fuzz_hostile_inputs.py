@@ -358,6 +358,23 @@ def finish_batch(exe, batch, check=None):
     (check or check_batch)(exe, batch, rc)
 
 
+def check_counts(batch, total, ok_of, summary, rc):
+    """Cases 1..total each have a result line (ok_of: index -> ok), and the
+    summary line and the exit code agree with them; sets batch.ok and .failed."""
+    missing = [i for i in range(1, total + 1) if i not in ok_of]
+    if missing:
+        batch.problem(None, f"no result line for case(s) {missing[:10]} of {total}")
+    n_ok = sum(1 for ok in ok_of.values() if ok)
+    n_failed = len(ok_of) - n_ok
+    if summary is None:
+        batch.problem(None, "no summary line 'cases: N ok, M failed'")
+    elif summary != (n_ok, n_failed):
+        batch.problem(None, f"summary says {summary[0]} ok, {summary[1]} failed; result lines say {n_ok}, {n_failed}")
+    if (rc == 0) != (n_failed == 0) and rc in (0, 1):
+        batch.problem(None, f"exit code {rc} with {n_failed} failed case(s)")
+    batch.ok, batch.failed = n_ok, n_failed
+
+
 def check_batch(exe, batch, rc):
     inputs = [*batch.files, batch.pristine]
     seed_of = dict(zip(batch.files, batch.seeds))
@@ -410,19 +427,7 @@ def check_batch(exe, batch, rc):
     if rc is not None and rc >= 0 and total is None:
         batch.problem(None, "no result line at all")
         total = 0
-    total = total or 0
-    missing = [i for i in range(1, total + 1) if i not in results]
-    if missing:
-        batch.problem(None, f"no result line for case(s) {missing[:10]} of {total}")
-    n_ok = sum(1 for r in results.values() if r[2])
-    n_failed = len(results) - n_ok
-    if summary is None:
-        batch.problem(None, "no summary line 'cases: N ok, M failed'")
-    elif summary != (n_ok, n_failed):
-        batch.problem(None, f"summary says {summary[0]} ok, {summary[1]} failed; result lines say {n_ok}, {n_failed}")
-    if (rc == 0) != (n_failed == 0) and rc in (0, 1):
-        batch.problem(None, f"exit code {rc} with {n_failed} failed case(s)")
-    batch.ok, batch.failed = n_ok, n_failed
+    check_counts(batch, total or 0, {i: r[2] for i, r in results.items()}, summary, rc)
 
     def owner_seed(name):
         """The mutation whose input stem an output name starts with (None: the pristine file)."""
