@@ -80,6 +80,8 @@ def main():
     ap.add_argument("--no-script", action="store_true", help="time linattn alone (no fla script)")
     ap.add_argument("--budget", action="append", default=[],
                     help="also time the backward under this --memory-budget (repeatable; its peak RSS against it)")
+    ap.add_argument("--also", action="append", default=[],
+                    help="also time the backward with these options, e.g. '--readers 2' (repeatable)")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs=4, metavar=("INPUT", "GRAD", "OUTDIR", "SCALE"), help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -116,13 +118,13 @@ def main():
     rss = next((l for l in p.stdout.splitlines() if l.startswith("peak RSS")), "")
     print(p.stdout)
     rows.append({"job": "linattn backward --no-fsync", "wall_s": round(wall, 3), "peak_rss": rss})
-    for budget in args.budget:
+    for extra in [["--memory-budget", b] for b in args.budget] + [a.split() for a in args.also]:
         t0 = time.perf_counter()
-        p = subprocess.run(cmd + ["--memory-budget", budget], check=True, capture_output=True, text=True)
+        p = subprocess.run(cmd + extra, check=True, capture_output=True, text=True)
         wall = time.perf_counter() - t0
         print(p.stdout)
         rss = next((l for l in p.stdout.splitlines() if l.startswith("peak RSS")), "")
-        rows.append({"job": f"linattn backward --no-fsync --memory-budget {budget}", "wall_s": round(wall, 3),
+        rows.append({"job": "linattn backward --no-fsync " + " ".join(extra), "wall_s": round(wall, 3),
                      "peak_rss": rss})
 
     if not args.no_script:

@@ -104,7 +104,7 @@ for step in $steps; do
         --cases 4 --json "$LOGS/e2e-backward.json" 2>&1 | tee "$LOGS/e2e-backward.txt" ;;
     e2e-backward-vs-run)  # linattn backward beside linattn run on the same 4 cases (issue 29's 1.5x), no fla script
       python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
-        --cases 4 --no-script --budget 2G --budget 512M --json "$LOGS/e2e-backward-vs-run.json" 2>&1 | tee "$LOGS/e2e-backward-vs-run.txt" ;;
+        --cases 4 --no-script --budget 2G --budget 512M --also "--readers 2" --also "--readers 3" --json "$LOGS/e2e-backward-vs-run.json" 2>&1 | tee "$LOGS/e2e-backward-vs-run.txt" ;;
     compare-fp32-key-halves)  # fp32 heads past DK 128 (two halves of the keys) beside fla's fp32 forward, and the registers path they took before
       for gemm in auto registers; do
         python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp32 --gemm $gemm \

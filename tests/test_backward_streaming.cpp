@@ -202,6 +202,28 @@ TEST_F(BackwardStreaming, WindowsGiveTheBitsOfTheWholeCase) {
   }
 }
 
+// One reader process or three (each with a slot of its own, so up to three
+// windows read ahead): the same bits, window by window.
+TEST_F(BackwardStreaming, OneOrThreeReadersGiveTheSameBits) {
+  for (const std::string name : {"plain", "packed"}) {
+    SCOPED_TRACE(name);
+    const Exit one = backward(name, name + "-one-reader", "--memory-budget 1M --readers 1");
+    ASSERT_EQ(one.code, 0) << one.output;
+    EXPECT_TRUE(contains(one.output, "(1 processes")) << one.output;
+    const Exit three = backward(name, name + "-three-readers", "--memory-budget 1M --readers 3");
+    ASSERT_EQ(three.code, 0) << three.output;
+    EXPECT_TRUE(contains(three.output, "(3 processes")) << three.output;
+    EXPECT_GE(windows_reported(three.output, fwd + "/" + name + ".case0.h5"), 4) << three.output;
+    const std::string stem = "/" + name + ".case0.grad.h5";
+    const GradOutputData a = read_grad_output_file(dir / (name + "-one-reader") + stem);
+    const GradOutputData b = read_grad_output_file(dir / (name + "-three-readers") + stem);
+    expect_same_bits(a.dq, b.dq, "dq");
+    expect_same_bits(a.dk, b.dk, "dk");
+    expect_same_bits(a.dv, b.dv, "dv");
+    expect_same_bits(a.dh0, b.dh0, "dh0");
+  }
+}
+
 // Gated cases (g per token, g_gamma per head, gk per key channel), plain and
 // packed: the windows carry dS (dg and dgk sum within each chunk), so dq, dk,
 // dv, dh0, dg and dgk are the whole case's bits; dg_gamma sums dg over the

@@ -131,7 +131,7 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
 }
 
 // The batch's host buffers (docs/ARCHITECTURE.md, "The streamed backward"):
-// two reader processes and their two read slots, each as large as the most
+// the reader processes (--readers) and their read slots, each as large as the most
 // a window of the case reads (backward_read_slot_bytes), and three output
 // slots, as large as the most a window writes (two wait for the writer while
 // the kernels fill the third). Both page-locked under CUDA: the kernels read
@@ -139,9 +139,10 @@ std::unique_ptr<GradOutputStream> open_output(const std::string& path, const Pro
 // more (the readers restarted on the new region).
 class BackwardBuffers {
  public:
-  static constexpr int kReadSlots = 2, kOutputSlots = 3;
-  // The readers start with one page of slots: they first check a case (metadata only), then grow.
-  explicit BackwardBuffers(const std::string& exe) : reads_(exe, kReadSlots, kReadSlots, 4096) {}
+  static constexpr int kOutputSlots = 3;
+  // `readers` processes, a slot each. They start with one page of slots: they
+  // first check a case (metadata only), then grow.
+  BackwardBuffers(const std::string& exe, int readers) : readers_(readers), reads_(exe, readers, readers, 4096) {}
   void ensure(std::int64_t read_slot_bytes, std::int64_t output_slot_bytes) {
     reads_.ensure_slot_bytes(read_slot_bytes);
     if (output_slots_ && output_slots_->slot_bytes() >= output_slot_bytes) return;
@@ -157,8 +158,8 @@ class BackwardBuffers {
   // Where the time and memory went, for the pipeline line.
   std::string describe() const {
     auto mib = [](std::int64_t b) { return std::to_string(b >> 20) + " MiB"; };
-    return "reader busy " + fixed(reads_.busy_seconds(), 2) + " s (" + std::to_string(kReadSlots) +
-           " processes, peak RSS " + std::to_string(peak_rss_ >> 20) + " MiB); " + std::to_string(kReadSlots) +
+    return "reader busy " + fixed(reads_.busy_seconds(), 2) + " s (" + std::to_string(readers_) +
+           " processes, peak RSS " + std::to_string(peak_rss_ >> 20) + " MiB); " + std::to_string(readers_) +
            " read slots of " + mib(reads_.slot_bytes()) + " + " + std::to_string(kOutputSlots) + " output slots of " +
            mib(output_slots_ ? output_slots_->slot_bytes() : 0) +
            (reads_.pinned() && outputs_ && outputs_->pinned() ? ", page-locked" : "");
@@ -166,6 +167,7 @@ class BackwardBuffers {
   void stop() { peak_rss_ = reads_.stop(); }
 
  private:
+  int readers_;
   pipeline::ReaderGroup reads_;
   std::unique_ptr<pipeline::HostRegion> outputs_;
   std::unique_ptr<pipeline::SlotPool> output_slots_;
@@ -347,7 +349,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   const hdf5::ExternalDataScope external(opt.allow_external_data);
   ProgressReporter reporter(progress, errors, opt.progress_bar && &errors == &std::cerr && ::isatty(2));
   const Clock::time_point batch_started = Clock::now();
-  BackwardBuffers buffers(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe);
+  BackwardBuffers buffers(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, opt.readers);
   StageTimes stages;
   std::vector<BackwardCaseResult> results(opt.forwards.size());
   std::set<std::string> outputs;

@@ -29,6 +29,7 @@ struct BackwardOptions {
   std::int64_t memory_budget = 0;  // bytes for a case's working set; 0: pipeline::default_memory_budget()
   bool progress_bar = true;        // a redrawn bar when stderr is a terminal
   double case_timeout = 1800;      // seconds the reader processes may spend on one case
+  int readers = 3;                 // reader processes reading windows ahead, each into a slot of its own
   std::string reader_exe;          // the program started as the reader process; "": this program
 };
 

@@ -18,6 +18,7 @@ Command add_backward_command(CLI::App& parent) {
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", memory_budget;
     bool recompute_h = false, force = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
     double case_timeout = 1800;
+    int readers = 3;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -68,6 +69,11 @@ Command add_backward_command(CLI::App& parent) {
                   "hang inside a corrupt file costs only its own case")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd->add_option("--readers", o->readers,
+                  "Reader processes reading the next windows side by side, each into a slot of half a window "
+                  "(the backward reads twice the bytes of the forward: q, k, v, do and h)")
+      ->check(CLI::Range(1, 3))
+      ->capture_default_str();
 
   return {cmd, [o] {
             if (o->variant != "fused")
@@ -87,6 +93,7 @@ Command add_backward_command(CLI::App& parent) {
             opt.durable = !o->no_fsync;
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
+            opt.readers = o->readers;
             const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_backward_summary(std::cout, results);

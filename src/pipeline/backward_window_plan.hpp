@@ -38,7 +38,7 @@ Window whole_case_window(const Problem& whole);
 
 // The working set a window of the case may take under --memory-budget
 // `budget`: a third of it (while the kernels hold one window, the reads ahead
-// fill two slots of at most half a window each, and three output slots hold
+// fill up to three slots of at most half a window each, and three output slots hold
 // what the kernels write and two windows waiting for the writer, each at most
 // a third of a window), and at most kBackwardWindowCap, so that a
 // case's reads, kernels and writes overlap over several windows, unless one
