@@ -43,7 +43,10 @@ Window whole_case_window(const Problem& whole);
 // a third of a window), and at most kBackwardWindowCap, so that a
 // case's reads, kernels and writes overlap over several windows, unless one
 // chunk of every sequence needs more.
-constexpr std::int64_t kBackwardWindowCap = std::int64_t(512) << 20;
+// 160 MiB: on the H100 host, 4 cases of (8,8192,16,128) bf16 took 2.33-2.43 s
+// in windows of 160 MiB against 2.46-3.14 s in windows of 480 MiB (the first
+// read and the last write of a case overlap nothing; BENCHMARKS.md).
+constexpr std::int64_t kBackwardWindowCap = std::int64_t(160) << 20;
 std::int64_t backward_window_limit(const Problem& whole, const BackwardStorage& s, std::int64_t budget);
 // The bytes of a read slot for windows of at most `window_limit`: a window
 // reads at most half its working set (each read is counted twice there), plus
