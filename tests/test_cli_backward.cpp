@@ -229,11 +229,35 @@ TEST_F(CliBackward, ExistingOutputRefusedWithoutForce) {
   ASSERT_EQ(cli(plain_backward_args()).code, 0);
   const Exit again = cli(plain_backward_args());
   EXPECT_EQ(again.code, 1) << again.output;
-  EXPECT_TRUE(contains(again.output, bwd + "/plain.case0.grad.h5: output exists (pass --force to overwrite)"))
+  EXPECT_TRUE(contains(again.output, bwd + "/plain.case0.grad.h5: output exists (pass --force to overwrite, or "
+                                          "--skip-existing to keep it)"))
       << again.output;
   const Exit forced = cli(plain_backward_args() + " --force");
   EXPECT_EQ(forced.code, 0) << forced.output;
   EXPECT_TRUE(contains(forced.output, "cases: 2 ok, 0 failed")) << forced.output;
+  EXPECT_NE(cli(plain_backward_args() + " --force --skip-existing").code, 0) << "the two exclude each other";
+}
+
+// An interrupted batch resumes: complete outputs are kept (reported
+// skipped, not read or written again), a missing one is made, with the bits
+// of a run that was never interrupted.
+TEST_F(CliBackward, SkipExistingResumesTheBatch) {
+  plain_forward();
+  ASSERT_EQ(cli(plain_backward_args()).code, 0);
+  const std::string first = bwd + "/plain.case0.grad.h5", second = bwd + "/plain.case1.grad.h5";
+  const GradOutputData want = read_grad_output_file(second);
+  const auto kept_time = std::filesystem::last_write_time(first);
+  std::filesystem::remove(second);
+  const Exit resumed = cli(plain_backward_args() + " --skip-existing");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "[1/2] " + fwd + "/plain.case0.h5  skipped: " + first +
+                                           " exists (--skip-existing)"))
+      << resumed.output;
+  EXPECT_TRUE(contains(resumed.output, "cases: 2 ok, 0 failed (1 of the ok skipped: output exists)")) << resumed.output;
+  EXPECT_EQ(std::filesystem::last_write_time(first), kept_time);
+  const GradOutputData got = read_grad_output_file(second);
+  EXPECT_TRUE(got.dq.bytes == want.dq.bytes && got.dk.bytes == want.dk.bytes && got.dv.bytes == want.dv.bytes &&
+              got.dh0.bytes == want.dh0.bytes);
 }
 
 TEST_F(CliBackward, BadGradFileFailsItsCaseOnly) {

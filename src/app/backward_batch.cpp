@@ -57,7 +57,8 @@ void check_output(const BackwardOptions& opt, std::set<std::string>& outputs, Ba
     throw FileError(r.output, "already written by an earlier case of this batch (two forward outputs with one name?)");
   if (same_file(r.output, r.forward) || same_file(r.output, r.grad))
     throw FileError(r.output, "is an input of this case itself; choose another -o");
-  if (!opt.force && fs::exists(r.output)) throw FileError(r.output, "output exists (pass --force to overwrite)");
+  if (!opt.force && !opt.skip_existing && fs::exists(r.output))
+    throw FileError(r.output, "output exists (pass --force to overwrite, or --skip-existing to keep it)");
 }
 
 // The bytes a window reads from q, k, v, do and writes to dq, dk, dv (the progress' GB/s).
@@ -362,6 +363,12 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
     if (r.error.empty()) {
       try {
         check_output(opt, outputs, r);
+        if (opt.skip_existing && fs::exists(r.output)) {  // complete: a .partial never has the final name
+          r.ok = r.skipped = true;
+          reporter.line(case_counter(i + 1, results.size()) + " " + printable(r.forward) + "  skipped: " +
+                        printable(r.output) + " exists (--skip-existing)");
+          continue;
+        }
         run_case(opt, reporter, case_counter(i + 1, results.size()) + " " + printable(r.forward), r, warmed, buffers,
                  stages);
         reporter.line(progress_line(i + 1, results.size(), r));
@@ -389,14 +396,17 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
 
 void print_backward_summary(std::ostream& out, const std::vector<BackwardCaseResult>& results) {
   TextTable table{{"forward output", "shape", "dtype", "ms", "status"}, {false, false, false, true, false}, {}};
-  std::size_t ok = 0;
+  std::size_t ok = 0, skipped = 0;
   for (const BackwardCaseResult& r : results) {
     ok += r.ok;
+    skipped += r.skipped;
     table.rows.push_back({printable(r.forward), r.problem ? shape_summary(*r.problem) : "-",
-                          r.problem ? dtype_name(r.dtype) : "-", r.ok ? fixed(r.kernel_seconds * 1e3, 3) : "-",
-                          r.ok ? "ok" : "FAILED"});
+                          r.problem ? dtype_name(r.dtype) : "-", r.ok && !r.skipped ? fixed(r.kernel_seconds * 1e3, 3) : "-",
+                          r.skipped ? "skipped" : r.ok ? "ok" : "FAILED"});
   }
-  out << table.str() << "cases: " << ok << " ok, " << results.size() - ok << " failed" << std::endl;
+  out << table.str() << "cases: " << ok << " ok, " << results.size() - ok << " failed";
+  if (skipped > 0) out << " (" << skipped << " of the ok skipped: output exists)";
+  out << std::endl;
 }
 
 }  // namespace linattn

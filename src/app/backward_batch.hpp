@@ -23,6 +23,7 @@ struct BackwardOptions {
   std::string outdir;
   BackwardConfig backward;       // gemm, output dtype, recompute_h
   bool force = false;            // replace existing outputs
+  bool skip_existing = false;    // keep existing outputs (an interrupted batch resumes) and run the other cases
   bool allow_nonfinite = false;  // accept NaN/Inf in the inputs and gradients
   bool allow_external_data = false;  // read external raw storage and virtual datasets from their file's folder
   bool durable = true;           // fsync each output before its rename
@@ -37,6 +38,7 @@ struct BackwardCaseResult {
   std::string forward, grad;  // as given
   std::string output;         // once known
   bool ok = false;
+  bool skipped = false;  // ok: its output existed (--skip-existing)
   std::string error;  // one line when !ok
   std::optional<Problem> problem;
   DType dtype = DType::f32;

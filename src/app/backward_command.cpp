@@ -16,7 +16,7 @@ Command add_backward_command(CLI::App& parent) {
   struct Options {
     std::vector<std::string> forwards, grads;
     std::string outdir, variant = "fused", gemm = "auto", out_dtype = "input", memory_budget;
-    bool recompute_h = false, force = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
+    bool recompute_h = false, force = false, skip_existing = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
     double case_timeout = 1800;
     int readers = 3;
   };
@@ -52,6 +52,9 @@ Command add_backward_command(CLI::App& parent) {
                 "Recompute the snapshots (accumulation type) from the input case instead of reading h: needed for "
                 "forwards run with --snapshots none");
   cmd->add_flag("--force", o->force, "Replace existing output files");
+  cmd->add_flag("--skip-existing", o->skip_existing,
+                "Keep outputs that are complete (an interrupted batch resumes) and run the other cases")
+      ->excludes("--force");
   cmd->add_flag("--allow-nonfinite", o->allow_nonfinite, "Accept NaN and Inf in the inputs and gradients");
   cmd->add_flag("--allow-external-data", o->allow_external_data,
                 "Read datasets (of the input case, the gradient input or the forward output) whose data are in other "
@@ -88,6 +91,7 @@ Command add_backward_command(CLI::App& parent) {
             opt.backward.output_fp32 = o->out_dtype == "fp32";
             opt.backward.recompute_h = o->recompute_h;
             opt.force = o->force;
+            opt.skip_existing = o->skip_existing;
             opt.allow_nonfinite = o->allow_nonfinite;
             opt.allow_external_data = o->allow_external_data;
             opt.durable = !o->no_fsync;
