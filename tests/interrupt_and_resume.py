@@ -32,6 +32,8 @@ import sys
 import threading
 import time
 
+from interrupt_helpers import alive, check, children_of, failures, run_linattn, show
+
 if len(sys.argv) != 3:
     sys.exit("usage: interrupt_and_resume.py LINATTN_EXE WORKDIR")
 EXE, WORK = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
@@ -40,26 +42,10 @@ LONG_T = [131072, 262144, 524288]    # case1's tokens per try (1.5 s, 3 s, 6 s h
 POLL = 0.002
 size = 0                             # index into LONG_T of the current in.h5
 NEEDS = 2 << 30                      # bytes of disk: in.h5 and two outputs of case1 (first size)
-failures = []
 
 
-def check(condition, message):
-    if not condition:
-        failures.append(message)
-        print(f"  FAILED: {message}")
-    return condition
-
-
-def linattn(*args, timeout=600):
-    started = time.monotonic()
-    r = subprocess.run([EXE, *args], cwd=WORK, capture_output=True, text=True, timeout=timeout)
-    r.wall = time.monotonic() - started
-    return r
-
-
-def show(r, what):
-    text = (r.stdout + r.stderr).rstrip()
-    print(f"  {what}: exit {r.returncode} after {r.wall:.1f} s" + ("\n    " + text.replace("\n", "\n    ") if text else ""))
+def linattn(*args):
+    return run_linattn(EXE, WORK, *args)
 
 
 def generate(tokens):
@@ -72,31 +58,6 @@ def generate(tokens):
         sys.exit(f"linattn generate exited with {r.returncode}")
     print(f"generated in.h5: case0 [{SMALL}], case1 [1,{tokens},4,64,64] fp32, "
           f"{os.path.getsize(os.path.join(WORK, 'in.h5')) / 2**20:.0f} MiB, in {r.wall:.1f} s")
-
-
-def children_of(pid):
-    """Pids whose parent is pid (from /proc; empty when unreadable)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(entry))
-    return found
-
-
-def alive(pid):
-    """True while pid exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def interrupt(out, sig, min_bytes):
