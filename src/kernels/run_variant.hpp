@@ -118,4 +118,38 @@ VariantRun run_variant_normalized(const Problem& p, const ForwardConfig& config,
   return run;
 }
 
+// run_variant and run_variant_normalized for every element-type combination
+// the program runs (input; output: the input type or fp32; snapshots: bf16
+// or the accumulation type), compiled once each in run_variant_<input>.cpp
+// rather than in every translation unit that runs the forward (forward.cpp,
+// compute_stage.cpp, benchmark.cpp, backward.cpp): explicit instantiation.
+#define LINATTN_RUN_VARIANT(PREFIX, In, Out, Snap, Acc)                                                   \
+  PREFIX template VariantRun run_variant<ForwardViews<In, Out, Snap, Acc>>(                                \
+      const Problem&, const ForwardConfig&, const ForwardViews<In, Out, Snap, Acc>&);                      \
+  PREFIX template VariantRun run_variant_normalized<ForwardViews<In, Out, Snap, Acc>>(                     \
+      const Problem&, const ForwardConfig&, const ForwardViews<In, Out, Snap, Acc>&, const NormalizeViews<Acc>&);
+#define LINATTN_RUN_VARIANTS_FP16(PREFIX)                     \
+  LINATTN_RUN_VARIANT(PREFIX, fp16_t, fp16_t, bf16_t, float) \
+  LINATTN_RUN_VARIANT(PREFIX, fp16_t, fp16_t, float, float)  \
+  LINATTN_RUN_VARIANT(PREFIX, fp16_t, float, bf16_t, float)  \
+  LINATTN_RUN_VARIANT(PREFIX, fp16_t, float, float, float)
+#define LINATTN_RUN_VARIANTS_BF16(PREFIX)                     \
+  LINATTN_RUN_VARIANT(PREFIX, bf16_t, bf16_t, bf16_t, float) \
+  LINATTN_RUN_VARIANT(PREFIX, bf16_t, bf16_t, float, float)  \
+  LINATTN_RUN_VARIANT(PREFIX, bf16_t, float, bf16_t, float)  \
+  LINATTN_RUN_VARIANT(PREFIX, bf16_t, float, float, float)
+#define LINATTN_RUN_VARIANTS_FP32(PREFIX)                   \
+  LINATTN_RUN_VARIANT(PREFIX, float, float, bf16_t, float) \
+  LINATTN_RUN_VARIANT(PREFIX, float, float, float, float)
+#define LINATTN_RUN_VARIANTS_FP64(PREFIX)                       \
+  LINATTN_RUN_VARIANT(PREFIX, double, double, bf16_t, double) \
+  LINATTN_RUN_VARIANT(PREFIX, double, double, double, double) \
+  LINATTN_RUN_VARIANT(PREFIX, double, float, bf16_t, double)  \
+  LINATTN_RUN_VARIANT(PREFIX, double, float, double, double)
+
+LINATTN_RUN_VARIANTS_FP16(extern)
+LINATTN_RUN_VARIANTS_BF16(extern)
+LINATTN_RUN_VARIANTS_FP32(extern)
+LINATTN_RUN_VARIANTS_FP64(extern)
+
 }  // namespace linattn

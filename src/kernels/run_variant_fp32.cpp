@@ -1,0 +1,8 @@
+// The forward variants with fp32 inputs, compiled here once (run_variant.hpp).
+#include "kernels/run_variant.hpp"
+
+namespace linattn {
+
+LINATTN_RUN_VARIANTS_FP32()
+
+}  // namespace linattn
