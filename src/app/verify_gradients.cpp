@@ -96,10 +96,14 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
   // they do to o in the materialized forward. The tensor-core backward rounds
   // its 16-bit operands once each (accuracy_levels.hpp).
   const bool bf16_snapshots = !gr.recompute_h && rec.snapshot_dtype == "bf16";
-  const double operands = rec.gemm_path == gemm_path_name(GemmPath::tensor_core) ? tensor_core_backward_level(dtype) : 0.0;
+  const bool tensor_cores = rec.gemm_path == gemm_path_name(GemmPath::tensor_core);
+  const double operands = !tensor_cores                         ? 0.0
+                          : in.gate == GateKind::per_channel ? tensor_core_channel_backward_level(dtype)
+                                                             : tensor_core_backward_level(dtype);
   const double levels[] = {output_level(dtype, gd.dq.dtype, bf16_snapshots) + operands,
                            stored_level(dtype, gd.dk.dtype) + operands, stored_level(dtype, gd.dv.dtype) + operands,
-                           stored_level(dtype, gd.dh0.dtype)};
+                           stored_level(dtype, gd.dh0.dtype) +
+                               (tensor_cores && in.gate == GateKind::per_channel ? tensor_core_channel_level(dtype) : 0.0)};
   const std::vector<double>* refs[] = {&ref.dq, &ref.dk, &ref.dv, &ref.dh0};
 
   out << path << " against " << input << (group.empty() ? "" : ":" + group) << " and " << grad
@@ -125,7 +129,9 @@ int verify_grad_output(const std::string& path, const std::string& input_overrid
     // gk's snapshots from the tensor-core forward hold its rounded keys; recomputed ones may
     // start their windows from that forward's states (accuracy_levels.hpp).
     const bool channel_snapshots = in.gate == GateKind::per_channel && (gr.recompute_h || forward_on_tensor_cores(gr, path));
-    const double level = operands > 0         ? tensor_core_gate_gradient_level(dtype, bf16_snapshots)
+    const double level = tensor_cores && in.gate == GateKind::per_channel
+                             ? tensor_core_channel_gate_gradient_level(dtype, bf16_snapshots)
+                         : tensor_cores      ? tensor_core_gate_gradient_level(dtype, bf16_snapshots)
                          : channel_snapshots ? channel_snapshot_gradient_level(dtype, bf16_snapshots)
                                              : gate_gradient_level(dtype, bf16_snapshots);
     const double error = relative_l2(dg_out.to_double(), per_head ? ref.dg_gamma : ref.dg);  // dgk: in ref.dg

@@ -70,6 +70,15 @@ inline double channel_snapshot_gradient_level(DType input, bool bf16_snapshots) 
 // u of the input type.
 inline double tensor_core_backward_level(DType input) { return 2 * unit_roundoff(input); }
 
+// GLA's gk on the tensor-core backward (cuda/channel_gate_gradient.hpp): the
+// reverse walk reads the decayed queries and dv the decayed keys, each rounded
+// to the input type once as the forward rounds them (tensor_core_channel_level),
+// on top of the operand roundings of tensor_core_backward_level; the products
+// that each channel decays on its own are taken in fp32.
+inline double tensor_core_channel_backward_level(DType input) {
+  return tensor_core_backward_level(input) + tensor_core_channel_level(input);
+}
+
 // dg on the tensor-core backward: its terms q . dq and k . dk carry dq's and
 // dk's operand roundings (tensor_core_backward_level each), so twice that on
 // top of the long sum's level.
@@ -83,6 +92,13 @@ inline double tensor_core_gate_gradient_level(DType input, bool bf16_snapshots) 
 inline double tensor_core_gate_terms_level(DType input, DType stored, bool bf16_snapshots) {
   return stored_level(input, stored) + tensor_core_backward_level(input) +
          (bf16_snapshots ? 2 * unit_roundoff(DType::bf16) : 0.0);
+}
+
+// dgk on the tensor-core backward: the snapshots' rounded keys
+// (channel_snapshot_gradient_level) and, as for dg, dq's and dk's levels
+// through the terms q . dq and k . dk.
+inline double tensor_core_channel_gate_gradient_level(DType input, bool bf16_snapshots) {
+  return channel_snapshot_gradient_level(input, bf16_snapshots) + 2 * tensor_core_channel_backward_level(input);
 }
 
 }  // namespace linattn

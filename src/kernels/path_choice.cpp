@@ -143,9 +143,6 @@ std::string backward_tensor_core_refusal(const BackwardPathFacts& f) {
   if (f.output_fp32 && !(f.known_case && f.input == DType::f32))
     return "the tensor-core backward writes dq, dk, dv in the input type (16-bit), not fp32: --out-dtype fp32 runs "
            "on kokkoskernels";
-  if (f.channel_gated)
-    return "the tensor-core backward does not take a per-key-channel gate (gk) yet: GLA's backward runs on the "
-           "portable kernel";
   if (!f.known_case) return {};
   if (f.input != DType::f16 && f.input != DType::bf16 && f.input != DType::f32)
     return std::string("the tensor-core backward takes fp16, bf16 or fp32 inputs, not ") + dtype_name(f.input);

@@ -84,7 +84,7 @@ struct BackwardPathFacts {
   DType input = DType::f32;
   std::int64_t chunk = 64, DK = 64, DV = 64;
   bool gated = false;  // a decay gate (levels 2 and 3): every backward path takes it
-  bool channel_gated = false;  // GLA's gk: the portable backward only
+  bool channel_gated = false;  // GLA's gk: every backward path takes it too
 };
 
 // The backward's path, or why the request cannot run. automatic takes the

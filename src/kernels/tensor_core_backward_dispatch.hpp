@@ -40,9 +40,10 @@ void run_tensor_core_backward(const Problem& p, const Views& views) {
     args.DK = static_cast<int>(p.DK);
     args.DV = static_cast<int>(p.DV);
     args.scale = static_cast<float>(p.scale);
-    if (views.channel_gated())  // choose_backward_path refuses gk here
-      throw std::logic_error("tensor-core backward: no per-key-channel gate (gk) yet");
-    if (views.gated()) {  // the log-decays and dg in fp32, the accumulation type of every input it takes
+    if (views.channel_gated()) {  // GLA's gk and dgk [B, T, H, DK] in fp32
+      args.gk = views.gk.data();
+      args.dg = views.dgk.data();
+    } else if (views.gated()) {  // the log-decays and dg in fp32, the accumulation type of every input it takes
       if (views.g.extent(0) > 0) args.g = views.g.data();
       if (views.g_gamma.extent(0) > 0) args.g_gamma = views.g_gamma.data();
       args.dg = views.dg.data();

@@ -32,6 +32,13 @@ BackwardUnits units(const Problem& p, const BackwardStorage& s) {
   const bool fp32 = s.input == DType::f32;
   u.chunk += p.H * std::max<std::int64_t>(p.DK, cuda::gradient_rows(DK, DV, fp32)) *
              std::max<std::int64_t>(p.DV, cuda::gradient_cols(DK, DV, fp32)) * in;
+  // GLA's gk on the tensor-core backward (kernels/cuda/tensor_core_backward.hpp), counted on
+  // every path: the forward's decayed queries and keys (input type) and scores (64 fp32 a
+  // token), the fp32 dO h^T and V dh^T per token; exp(b_L) and sum_v h dh per chunk (fp32).
+  if (s.gate == GateKind::per_channel) {
+    u.token += p.H * (2 * p.DK * in + 4 * (64 + 2 * p.DK));
+    u.chunk += p.H * 2 * p.DK * 4;
+  }
   // dht (read, converted, uploaded) and dh0 (computed, downloaded); with
   // recompute_h the start states likewise and the forward's final states.
   u.sequence = (s.recompute_h ? 9 : 5) * state * acc;

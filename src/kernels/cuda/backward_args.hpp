@@ -50,6 +50,21 @@ struct TensorCoreBackwardArgs {
   float* dg_part;
   float* state_part;
   int dg_parts;
+  // GLA's per-key-channel gate (issue 28; channel_gate_gradient.hpp): gk
+  // [tokens, H, DK] fp32 (null: no such gate); dg is then dgk [tokens, H, DK].
+  // Set by run_tensor_core_backward: the operands of channel_gate_prep.hpp
+  // (qg, kg in E, channel_decay [chunks, H, DK] exp(b_L)), scores [tokens, H,
+  // 64] fp32 (A, then overwritten by dA = scale tril(dO V^T)), dq_state and
+  // dk_state [tokens, H, DK] fp32 (scale dO h^T and V dh^T before their decays),
+  // state_rows [chunks, H, DK] fp32 (sum over DV of h[c] dh[c] per key row).
+  const float* gk;
+  const void* qg;
+  const void* kg;
+  const float* channel_decay;
+  float* scores;
+  float* dq_state;
+  float* dk_state;
+  float* state_rows;
   int num_chunks;
   std::int64_t num_tokens;  // rows of q, k, v: B T
   // Set by run_tensor_core_backward: dh's padded rows and columns (DK and DV

@@ -16,6 +16,11 @@
 // Gated (gate_gradient.hpp), as chunk_gradient.hpp: P and A take exp(b_i - b_j),
 // dO h^T's rows exp(b_i), V dh^T's and K dh's rows exp(b_L - b_j) (they are
 // summed first already), and each DK block leaves its share of q . dq - k . dk.
+// Per key channel (kChannel, GLA's gk; channel_gate_gradient.hpp): the value
+// kernel reads the decayed keys kg and the scores A of channel_gate_prep.hpp
+// instead of computing Q K^T; the query-key kernel leaves dA = P (fp32), dO h^T
+// and V dh^T in fp32 and the rows of sum_v h[c] dh[c], and channel_gate_gradient.hpp
+// adds the products with P that each channel decays on its own.
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -86,6 +91,54 @@ __device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float 
     }
 }
 
+// kChannel: the scores A of channel_gate_prep.hpp (fp32, scaled, zero past
+// the diagonal) into a tile stored [query][key] as E; rows past the chunk zero.
+template <class E>
+__device__ inline void load_channel_scores(E* a_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head) {
+  constexpr int kTileStride = kTileStrideOf<E>;
+  for (int i = threadIdx.x; i < kChunk * kChunk / 2; i += kTiledGradientThreads) {
+    const int r = i / (kChunk / 2), c = 2 * (i % (kChunk / 2));
+    float2 x = make_float2(0.0f, 0.0f);
+    if (r < ch.length)
+      x = *reinterpret_cast<const float2*>(a.scores + ((std::size_t(ch.token0) + r) * a.H + head) * kChunk + c);
+    store_pair<E>(a_s + r * kTileStride + c, x.x, x.y);
+  }
+}
+
+// kChannel: the warp's rows of P = scale tril(dO V^T) into args.scores in fp32
+// (channel_gate_gradient.hpp reads them as dA), rows of the chunk only.
+template <int kN>
+__device__ inline void store_channel_scores(const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head,
+                                            const float (&p)[kN][4], int lane) {
+  const int rt = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
+  #pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int row = 16 * rt + g + 8 * half;
+    if (row >= ch.length) continue;
+    float* out = a.scores + ((std::size_t(ch.token0) + row) * a.H + head) * kChunk;
+    #pragma unroll
+    for (int nt = 0; nt < kN; ++nt) {
+      const int col = 8 * nt + 2 * t4;
+      *reinterpret_cast<float2*>(out + col) = make_float2(col <= row ? a.scale * p[nt][2 * half] : 0.0f,
+                                                          col + 1 <= row ? a.scale * p[nt][2 * half + 1] : 0.0f);
+    }
+  }
+}
+
+// kChannel: this thread's half of row threadIdx.x / 2 of sum_col x y, both
+// 64 x 64 tiles [row][col] in shared memory (kTiledGradientThreads = 128: two threads a row).
+template <class E>
+__device__ inline float half_row_dot(const E* x, const E* y, int stride) {
+  const int r = threadIdx.x / 2, c0 = (threadIdx.x % 2) * (kChunk / 2);
+  float s = 0.0f;
+  #pragma unroll 4
+  for (int c = c0; c < c0 + kChunk / 2; c += 2) {
+    const float2 u = load_pair(x + r * stride + c), v = load_pair(y + r * stride + c);
+    s += u.x * v.x + u.y * v.y;
+  }
+  return s;
+}
+
 // Shared memory of query_key_gradient_kernel: Q and K of the DK block, then
 // per stage dO, V of a DV block and h, dh of (DK block, DV block); P.
 // Gated: + the chunk's b log2(e) (64 floats) after the tiles.
@@ -99,7 +152,7 @@ constexpr std::size_t kGateBytes = (kChunk + 8) * sizeof(float);  // b log2(e), 
 
 // blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
 // chunk run side by side and share its dO and V in L2.
-template <class E, class SnapT, bool kBounded, bool kGated = false>
+template <class E, class SnapT, bool kBounded, bool kGated = false, bool kChannel = false>
 __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
@@ -123,10 +176,12 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   const SnapT* h = static_cast<const SnapT*>(a.h) + (std::size_t(ch.h_chunk) * H + head) * DK * DV;
   const E* dh = static_cast<const E*>(a.dh) + (std::size_t(ch.h_chunk) * H + head) * a.dh_rows * a.dh_cols;
 
-  copy_tile_bounded<kThreads>(q_s, kTileStride, static_cast<const E*>(a.q) + tok * DK + k0, qk_row, kChunk,
-                              kGradientBlock, ch.length, DK - k0, cw);
-  copy_tile_bounded<kThreads>(k_s, kTileStride, static_cast<const E*>(a.k) + tok * DK + k0, qk_row, kChunk,
-                              kGradientBlock, ch.length, DK - k0, cw);
+  if constexpr (!kChannel) {  // kChannel: the products with P are channel_gate_gradient.hpp's
+    copy_tile_bounded<kThreads>(q_s, kTileStride, static_cast<const E*>(a.q) + tok * DK + k0, qk_row, kChunk,
+                                kGradientBlock, ch.length, DK - k0, cw);
+    copy_tile_bounded<kThreads>(k_s, kTileStride, static_cast<const E*>(a.k) + tok * DK + k0, qk_row, kChunk,
+                                kGradientBlock, ch.length, DK - k0, cw);
+  }
   if constexpr (kGated) load_decays_async(b_s, a, ch, head);  // in load(0)'s group
   auto load = [&](int vb) {
     E* s = stage + (vb & 1) * 4 * kTileElems;
@@ -147,6 +202,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   const int dk_pairs = kBounded ? steps16(DK - k0) : kN / 2;
   float p[kN][4], gq[kN][4], gk[kN][4];  // P, dO h^T, V dh^T of the warp's 16 rows
   [[maybe_unused]] float hdh = 0.0f;    // gated: this thread's share of <h[c], dh[c]> over the DK block
+  [[maybe_unused]] float hdh_row = 0.0f;  // kChannel: of row threadIdx.x / 2's sum over DV
   zero(p);
   zero(gq);
   zero(gk);
@@ -159,6 +215,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
     const E* s = stage + (vb & 1) * 4 * kTileElems;
     const E *o_t = s, *v_t = s + kTileElems, *h_t = s + 2 * kTileElems, *d_t = s + 3 * kTileElems;
     if constexpr (kGated) hdh += tile_dot<kThreads>(h_t, d_t, kTileStride);  // <h[c], dh[c]> over this block
+    if constexpr (kChannel) hdh_row += half_row_dot(h_t, d_t, kTileStride);
     const int k_end = kBounded ? 16 * steps16(DV - vb * kGradientBlock) : kGradientBlock;
     mma_rows<E, kN>(p, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, o_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, v_t, kTileStride, n, kk, lane); }, rt + 1);
@@ -166,6 +223,20 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, h_t, kTileStride, n, kk, lane); }, dk_pairs);
     mma_rows<E, kN>(gk, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
+  }
+  if constexpr (kChannel) {
+    if (k0 == 0) store_channel_scores(a, ch, head, p, lane);
+    hdh_row += __shfl_xor_sync(0xffffffffu, hdh_row, 1);
+    const int row = k0 + int(threadIdx.x) / 2;
+    if (threadIdx.x % 2 == 0 && row < DK) a.state_rows[(std::size_t(ch.h_chunk) * H + head) * DK + row] = hdh_row;
+    #pragma unroll
+    for (int nt = 0; nt < kN; ++nt)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) gq[nt][e] *= a.scale;
+    const bool pairs = DK % 2 == 0;
+    store_rows_bounded<float, kN>(a.dq_state + tok * DK, qk_row, gq, 16 * rt, k0, ch.length, DK, pairs, lane);
+    store_rows_bounded<float, kN>(a.dk_state + tok * DK, qk_row, gk, 16 * rt, k0, ch.length, DK, pairs, lane);
+    return;
   }
   store_causal_scores(p_s, p, a.scale, lane, kGated ? &cd : nullptr);
   __syncthreads();  // P is in shared memory
@@ -200,7 +271,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
 }
 
 // blockIdx.x = DV block + (DV blocks) * (head + H * chunk).
-template <class E, bool kBounded, bool kGated = false>
+template <class E, bool kBounded, bool kGated = false, bool kChannel = false>
 __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr int kThreads = kTiledGradientThreads, kN = kGradientBlock / 8;
@@ -219,7 +290,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
   const E* q = static_cast<const E*>(a.q) + tok * DK;
-  const E* k = static_cast<const E*>(a.k) + tok * DK;
+  const E* k = static_cast<const E*>(kChannel ? a.kg : a.k) + tok * DK;
   const E* dh = static_cast<const E*>(a.dh) + (std::size_t(ch.h_chunk) * H + head) * a.dh_rows * a.dh_cols + c0;
 
   copy_tile_bounded<kThreads>(o_s, kTileStride, static_cast<const E*>(a.d_o) + tok * DV + c0, v_row, kChunk,
@@ -228,7 +299,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   auto load = [&](int kb) {
     E* s = stage + (kb & 1) * 3 * kTileElems;
     const int r0 = kb * kGradientBlock;
-    copy_tile_bounded<kThreads>(s, kTileStride, q + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
+    if constexpr (!kChannel)
+      copy_tile_bounded<kThreads>(s, kTileStride, q + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
     copy_tile_bounded<kThreads>(s + kTileElems, kTileStride, k + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
     if constexpr (kBounded)
       copy_tile_bounded<kThreads>(s + 2 * kTileElems, kTileStride, dh + std::size_t(r0) * a.dh_cols, a.dh_cols,
@@ -251,12 +323,14 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
     const E* s = stage + (kb & 1) * 3 * kTileElems;
     const E *q_t = s, *k_t = s + kTileElems, *d_t = s + 2 * kTileElems;
     const int k_end = kBounded ? 16 * steps16(DK - kb * kGradientBlock) : kGradientBlock;
-    mma_rows<E, kN>(sa, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, q_t, kTileStride, 16 * rt, kk, lane); },
-                    [&](FragOf<E>* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
+    if constexpr (!kChannel)
+      mma_rows<E, kN>(sa, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, q_t, kTileStride, 16 * rt, kk, lane); },
+                      [&](FragOf<E>* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
     mma_rows<E, kN>(gv, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
   }
-  store_causal_scores(a_s, sa, a.scale, lane, kGated ? &cd : nullptr);
+  if constexpr (kChannel) load_channel_scores(a_s, a, ch, head);  // A (scaled, causal), rounded to E as above
+  else store_causal_scores(a_s, sa, a.scale, lane, kGated ? &cd : nullptr);
   if constexpr (kGated) decay_key_rows(gv, cd, 16 * rt, lane);  // K dh's rows, before A^T dO is added
   __syncthreads();  // A is in shared memory
   // dV += A^T dO over the queries from the diagonal on.

@@ -5,6 +5,8 @@
 // tile_rules.hpp; zero past DK and DV) and ends with dh0:  dS <- dS + scale Q_c^T dO_c, from dht.
 // Gated (gate_gradient.hpp): dS <- exp(b_L) dS + scale (exp(b_i) Q_c)^T dO_c,
 // the query rows weighted in fp32 (add_decayed_kv_step).
+// Per key channel (kChannel, GLA's gk): dS <- diag(exp(b_L)) dS + scale Qg_c^T dO_c,
+// Qg = q exp(b) and exp(b_L) from channel_gate_prep.hpp (args.qg, args.channel_decay).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -66,7 +68,7 @@ constexpr int kStateGradientThreads = 128;
 // the state rows w * DK / 4 .. of the block's BV columns. DK is the DK tile
 // (tile_rules.hpp); kBounded: the head's DK or DV is not a whole number of
 // tiles, so loads zero-fill past them and dht, dh0 are read and written within them.
-template <class E, int DK, int BV, bool kBounded, bool kGated = false>
+template <class E, int DK, int BV, bool kBounded, bool kGated = false, bool kChannel = false>
 __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = StateGradientLayout<E, DK, BV, kGated, kBounded>;
@@ -81,7 +83,7 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
   E* q_s = reinterpret_cast<E*>(shared_raw);  // [kStages][64][q_stride]
   E* o_s = q_s + kStages * L::q_tile;         // [kStages][64][o_stride]
   float* w_s = reinterpret_cast<float*>(shared_raw + L::tile_bytes);  // gated: [kStages][64] exp(b_i)
-  const E* q = static_cast<const E*>(a.q) + (std::size_t(sq.token0) * H + head) * dk;
+  const E* q = static_cast<const E*>(kChannel ? a.qg : a.q) + (std::size_t(sq.token0) * H + head) * dk;
   const E* d_o = static_cast<const E*>(a.d_o) + (std::size_t(sq.token0) * H + head) * DV + v0;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t4 = lane & 3;
   const std::size_t state_row = std::size_t(sq.seq) * H + head;
@@ -159,13 +161,20 @@ __global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(T
       else add_kv_step(ds, qt, L::q_stride, of, kk, warp * kSRows, lane, rows_live, cols_live);
     }
     [[maybe_unused]] const float whole = kGated ? w_s[buf * kChunk + min(kChunk, T - c * kChunk) - 1] : 1.0f;  // exp(b_L)
+    // kChannel: exp(b_L) of each of the thread's state rows (zero past DK, where dS is zero too).
+    [[maybe_unused]] const float* row_whole =
+        kChannel ? a.channel_decay + ((std::size_t(sq.h_chunk0) + c) * H + head) * dk : nullptr;
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
       for (int nt = 0; nt < kNTiles; ++nt)
         #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          if constexpr (kGated) s[mt][nt][e] = whole * s[mt][nt][e] + a.scale * ds[mt][nt][e];
+          if constexpr (kChannel) {
+            const int row = warp * kSRows + 16 * mt + g + 8 * (e / 2);
+            const float w = row < dk ? __ldg(row_whole + row) : 0.0f;
+            s[mt][nt][e] = w * s[mt][nt][e] + a.scale * ds[mt][nt][e];
+          } else if constexpr (kGated) s[mt][nt][e] = whole * s[mt][nt][e] + a.scale * ds[mt][nt][e];
           else s[mt][nt][e] += a.scale * ds[mt][nt][e];
         }
   }

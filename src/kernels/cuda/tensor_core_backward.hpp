@@ -12,6 +12,9 @@
 //     size in 64 x 64 tiles (zero-padded on chip).
 // Gated (args.g or args.g_gamma; gate_gradient.hpp): the chunks' cumulative
 // log-decays first, the gated instantiations of both kernels, then dg.
+// Per key channel (args.gk, GLA): channel_gate_prep.hpp's decayed queries and
+// keys, state decays and scores first, the walk on them, the tiled chunk
+// kernels' channel instantiations, then channel_gate_gradient.hpp (dq, dk, dgk).
 //
 // Why not one reverse walk that also writes dq, dk, dv: dq and dk sum over
 // every DV column, so a walk split into DV blocks (which the forward needs for
@@ -27,6 +30,8 @@
 #include "kernels/cuda/backward_args.hpp"
 #include "kernels/cuda/chunk_gradient.hpp"
 #include "kernels/cuda/chunk_gradient_tiled.hpp"
+#include "kernels/cuda/channel_gate_gradient.hpp"
+#include "kernels/cuda/channel_gate_prep.hpp"
 #include "kernels/cuda/device_memory.hpp"
 #include "kernels/cuda/gate_gradient.hpp"
 #include "kernels/cuda/state_gradient.hpp"
@@ -105,7 +110,8 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   args.seqs = tables.as<BackwardSequence>();
   args.chunks = reinterpret_cast<const BackwardChunk*>(tables.as<unsigned char>() + seq_bytes);
   constexpr bool kFp32 = detail::kFp32Tiles<E>;
-  const bool whole_head = !tiled && whole_head_gradient(args.DK, args.DV, kFp32);
+  const bool channel = args.gk != nullptr;  // the tiled kernels only
+  const bool whole_head = !tiled && !channel && whole_head_gradient(args.DK, args.DV, kFp32);
   args.dh_rows = gradient_rows(args.DK, args.DV, kFp32);
   args.dh_cols = gradient_cols(args.DK, args.DV, kFp32);
   StreamBuffer dh(work.chunks.size() * args.H * std::size_t(args.dh_rows) * args.dh_cols * sizeof(E), stream,
@@ -136,6 +142,53 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     }
   }
 
+  // GLA's gk: the forward's prepared operands (channel_gate_prep.hpp), which the walk reads.
+  const std::size_t key_elems = channel ? std::size_t(args.num_tokens) * args.H * args.DK : 0;
+  const std::size_t chunk_keys = channel ? std::size_t(chunk_heads) * args.DK : 0;
+  StreamBuffer operands(2 * key_elems * sizeof(E), stream, "tensor-core backward: decayed queries and keys");
+  StreamBuffer channel_f32((std::size_t(args.num_tokens) * args.H * detail::kChunk + 2 * key_elems + 2 * chunk_keys) *
+                               (channel ? sizeof(float) : 0),
+                           stream, "tensor-core backward: scores, state gradients and decays");
+  StreamBuffer chunk_list(2 * (channel ? work.chunks.size() : 0) * sizeof(int), stream,
+                          "tensor-core backward: chunk list");
+  if (channel) {
+    if (!args.dg) throw std::invalid_argument("tensor-core backward: gk needs dgk");
+    args.qg = operands.as<E>();
+    args.kg = operands.as<E>() + key_elems;
+    args.scores = channel_f32.as<float>();
+    args.dq_state = args.scores + std::size_t(args.num_tokens) * args.H * detail::kChunk;
+    args.dk_state = args.dq_state + key_elems;
+    args.state_rows = args.dk_state + key_elems;
+    float* decay = args.state_rows + chunk_keys;
+    args.channel_decay = decay;
+    std::vector<int> starts(2 * work.chunks.size());
+    for (std::size_t x = 0; x < work.chunks.size(); ++x) {
+      starts[x] = static_cast<int>(work.chunks[x].token0);
+      starts[work.chunks.size() + x] = work.chunks[x].length;
+    }
+    if (!starts.empty())
+      detail::check_launch(cudaMemcpyAsync(chunk_list.ptr.get(), starts.data(), starts.size() * sizeof(int),
+                                           cudaMemcpyHostToDevice, stream),
+                           "tensor-core backward: chunk list upload");  // pageable: copied out before the call returns
+    ChannelGateArgs prep{};
+    prep.q = args.q;
+    prep.k = args.k;
+    prep.gk = args.gk;
+    prep.qg = operands.as<E>();
+    prep.kg = operands.as<E>() + key_elems;
+    prep.scores = args.scores;
+    prep.decay = decay;
+    prep.B = 1;
+    prep.T = 0;
+    prep.H = args.H;
+    prep.DK = args.DK;
+    prep.scale = args.scale;
+    prep.chunk_token0 = chunk_list.as<int>();
+    prep.chunk_length = chunk_list.as<int>() + work.chunks.size();
+    launch_channel_gate_prep<E>(prep, static_cast<int>(work.chunks.size()), stream);
+    detail::check_launch(cudaGetLastError(), "tensor-core backward: gk operands");
+  }
+
   const std::int64_t walks = static_cast<std::int64_t>(work.seqs.size()) * args.H;
   const int bv = state_gradient_block(args.DK, args.dh_cols, walks, num_sms);
   // Heads that fill their DK tile and whole blocks of 64 columns run without bounds checks.
@@ -144,7 +197,11 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     constexpr int DKT = decltype(dkt)::value, BV = decltype(bvc)::value;
     constexpr bool kB = decltype(bnd)::value;
     const int blocks = static_cast<int>(walks * (args.dh_cols / BV));
-    if (gated)
+    if (channel)
+      detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB, false, true>,
+                     detail::StateGradientLayout<E, DKT, BV, false, kB>::bytes, blocks, detail::kStateGradientThreads,
+                     args, stream, "tensor-core backward: state gradient");
+    else if (gated)
       detail::launch(detail::state_gradient_kernel<E, DKT, BV, kB, true>,
                      detail::StateGradientLayout<E, DKT, BV, true, kB>::bytes, blocks, detail::kStateGradientThreads, args,
                      stream, "tensor-core backward: state gradient");
@@ -181,9 +238,28 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
                      detail::kGateGradientThreads, args, stream, "tensor-core backward: dg");
     }
   };
+  const int nkb = (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
+  const int nvb = (args.DV + detail::kGradientBlock - 1) / detail::kGradientBlock;
+  if (channel) {  // dv reads the scores A before the query-key kernel overwrites them with dA
+    auto channel_chunks = [&](auto bnd) {
+      constexpr bool kB = decltype(bnd)::value;
+      detail::launch(detail::value_gradient_kernel<E, kB, false, true>, detail::kValueGradientBytes<E>, chunk_heads * nvb,
+                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
+      detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB, false, true>, detail::kQueryKeyGradientBytes<E>,
+                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
+    };
+    if (bounded) channel_chunks(std::true_type{});
+    else channel_chunks(std::false_type{});
+    auto kernel = detail::channel_gate_gradient_kernel<E>;
+    detail::check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              static_cast<int>(detail::kChannelGradientBytes)),
+                         "cudaFuncSetAttribute");
+    kernel<<<dim3(static_cast<unsigned>(work.chunks.size()), args.H), detail::kChannelGradientThreads,
+             detail::kChannelGradientBytes, stream>>>(args);
+    detail::check_launch(cudaGetLastError(), "tensor-core backward: dq, dk, dgk");
+    return;
+  }
   if (!whole_head) {
-    const int nkb = (args.DK + detail::kGradientBlock - 1) / detail::kGradientBlock;
-    const int nvb = (args.DV + detail::kGradientBlock - 1) / detail::kGradientBlock;
     auto tiled = [&](auto bnd, auto gate) {
       constexpr bool kB = decltype(bnd)::value, kG = decltype(gate)::value;
       const std::size_t extra = kG ? detail::kGateBytes : 0;
