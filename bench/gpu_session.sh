@@ -42,9 +42,9 @@ for step in $steps; do
           --shape 2,8192,8,256,512 --json "$LOGS/compare-fla-gated-$gate.json" 2>&1 | tee "$LOGS/compare-fla-gated-$gate.txt"
       done ;;
     compare-gk)  # GLA's per-channel gate gk, forward, beside fla's chunk_gla forward: the five benchmark shapes and GLA's head sizes
-      python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --gate gk \
-        --shape 8,4096,16,128 --shape 2,8192,8,256,512 --shape 8,16384,16,128 --shape 1,32768,32,128 \
-        --shape 8,16384,16,64 --shape 32,2048,16,128 --json "$LOGS/compare-fla-gk.json" 2>&1 | tee "$LOGS/compare-fla-gk.txt" ;;
+      python3 -u bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --gate gk \
+        ${GK_SHAPES:---shape 8,4096,16,128 --shape 2,8192,8,256,512 --shape 8,16384,16,128 --shape 1,32768,32,128 \
+        --shape 8,16384,16,64 --shape 32,2048,16,128} --json "$LOGS/compare-fla-gk.json" 2>&1 | tee "$LOGS/compare-fla-gk.txt" ;;
     compare-gated-backward)  # the gated backward (g, then g_gamma) beside fla's chunk_simple_gla_bwd: the five benchmark shapes and RetNet's / GLA's head sizes
       for gate in g gamma; do
         python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward --gate $gate \
@@ -52,9 +52,10 @@ for step in $steps; do
           --shape 2,8192,8,256,512 --json "$LOGS/compare-fla-gated-backward-$gate.json" 2>&1 | tee "$LOGS/compare-fla-gated-backward-$gate.txt"
       done ;;
     compare-gk-backward)  # GLA's gk backward beside fla's chunk_gla backward (its autograd function's, after one chunk_gla_fwd): the five benchmark shapes and GLA's head sizes
+      # GK_SHAPES (--shape ... options) replaces the list: bench's fp64 check of a whole 8192-token row at 256 x 512 takes minutes
       python3 -u bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --backward --gate gk \
-        --shape 8,4096,16,128 --shape 2,8192,8,256,512 --shape 8,16384,16,128 --shape 1,32768,32,128 \
-        --shape 8,16384,16,64 --shape 32,2048,16,128 ${GK_BACKWARD_ARGS:-} \
+        ${GK_SHAPES:---shape 8,4096,16,128 --shape 2,8192,8,256,512 --shape 8,16384,16,128 --shape 1,32768,32,128 \
+        --shape 8,16384,16,64 --shape 32,2048,16,128} ${GK_BACKWARD_ARGS:-} \
         --json "$LOGS/compare-fla-gk-backward.json" 2>&1 | tee "$LOGS/compare-fla-gk-backward.txt" ;;
     compare-fp32)  # fp32 inputs on tensor cores (issue 25's fp32 shape and the head sizes up to DK 128) beside fla's fp32 forward (TF32 dots), h in fp32 for both
       python3 bench/compare_fla.py --fla "${FLA:-.fla}" --linattn "$GPU_DIR/linattn" --variants fused --dtype fp32 \

@@ -102,8 +102,8 @@ Command add_bench_command(CLI::App& parent) {
   cmd->add_option("--gate", o->gate,
                   "Time the gated forward (README.md, \"Gated levels\"; with --state-pass its state pass, with "
                   "--backward the gated backward): 'g' draws g [B, T, H] uniform in [-1, 0), 'gamma' takes RetNet's "
-                  "g_gamma [H] = log(1 - 2^(-5-h)), 'gk' draws GLA's gk [B, T, H, DK] uniform in [-1, 0) (tensor cores "
-                  "and registers do not take gk yet); o (the backward: dq, dk, dv and dg, or dgk) is checked against the gated "
+                  "g_gamma [H] = log(1 - 2^(-5-h)), 'gk' draws GLA's gk [B, T, H, DK] uniform in [-1, 0) (registers "
+                  "does not take gk); o (the backward: dq, dk, dv and dg, or dgk) is checked against the gated "
                   "fp64 reference")
       ->check(CLI::IsMember({"g", "gamma", "gk"}));
   cmd->add_option("--gemm", o->gemm, gemm_option_help())

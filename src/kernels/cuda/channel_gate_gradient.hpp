@@ -12,15 +12,21 @@
 // since S_{c+1} = diag(exp(b_L)) h[c] + sum_j (k_j exp(b_L - b_j)) v_j^T
 // (kernels/channel_gate_backward.hpp is the portable form, reference/channel_gated.hpp
 // the fp64 one). Every exponent is a difference of cumulative sums <= 0, taken
-// by 16-token sub-chunks as channel_gate_prep.hpp takes the forward's scores:
-// a key j of an earlier sub-chunk J meets query i through J's last token e,
-// exp(b_i - b_e) * exp(b_e - b_j); a query i of a later sub-chunk I meets key
-// j through the token s = 16 I - 1 before I, exp(b_i - b_s) * exp(b_s - b_j);
-// within a sub-chunk one exp per term.
+// by 16-token sub-chunks, as fla's chunk_gla takes them: the products of a
+// query sub-chunk I with the keys of the earlier ones go through the token
+// r = 16 I that starts I, exp(b_i - b_r) * exp(b_r - b_j), the products of a
+// key sub-chunk J with the queries of the later ones through its last token
+// r = 16 J + 15, exp(b_i - b_r) * exp(b_r - b_j) (all four factors <= 1),
+// so that those off-diagonal blocks are matrix products on tensor cores
+// (mma.sync over P and the decayed keys or queries rounded to the input type,
+// as level 1 rounds P for P K and P^T Q; fp32 inputs split hi + lo); the
+// diagonal blocks take one exp per term on CUDA cores in fp32.
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
 #include "kernels/cuda/channel_gate_prep.hpp"
+#include "kernels/cuda/gate_gradient.hpp"
+#include "kernels/cuda/warp_tiles.hpp"
 
 #include <cstddef>
 
@@ -28,32 +34,51 @@ namespace linattn::cuda::detail {
 
 constexpr int kChannelGradientThreads = 256;
 constexpr int kChannelGradientSlice = 32;  // key channels per pass
-// Shared memory: b, q, k, keys decayed to their sub-chunk's end, queries
-// decayed from the token before theirs, dq_state, dk_state (64 x 33 each),
-// dA (64 x 65), two sets of per-part sums.
 constexpr int kChannelGradientPad = kChannelGradientSlice + 1;
-constexpr std::size_t kChannelGradientBytes =
-    (std::size_t(7) * kChunk * kChannelGradientPad + kChunk * (kChunk + 1) +
-     2 * (kChannelGradientThreads / kChannelGradientSlice) * kChannelGradientSlice) *
-    sizeof(float);
+// The off-diagonal operands: keys decayed to the start of each later query
+// sub-chunk I = 1, 2, 3 (16 I rows each), queries decayed to the end of each
+// earlier key sub-chunk J = 0, 1, 2 (64 - 16 (J + 1) rows each): 96 rows each.
+constexpr int kOffDiagonalRows = 96;
+
+// Shared memory: b, q, k, dq_state, dk_state and the two off-diagonal sums
+// (64 x 33 fp32 each), two sets of per-part sums, then P (64 x 64) and the
+// decayed keys and queries in the products' element type M.
+template <class M>
+struct ChannelGradientLayout {
+  static constexpr int p_stride = kChunk + kPadOf<M>, op_stride = kChannelGradientSlice + kPadOf<M>;
+  static constexpr std::size_t floats =
+      std::size_t(7) * kChunk * kChannelGradientPad + 2 * (kChannelGradientThreads / kChannelGradientSlice) * kChannelGradientSlice;
+  static constexpr std::size_t bytes =
+      floats * sizeof(float) + (std::size_t(kChunk) * p_stride + 2 * kOffDiagonalRows * op_stride) * sizeof(M);
+};
+
+// First row of sub-chunk I's keys in the decayed-key tile, of J's queries in the decayed-query tile.
+__device__ inline int key_rows_of(int I) { return I == 1 ? 0 : I == 2 ? 16 : 48; }
+__device__ inline int query_rows_of(int J) { return J == 0 ? 0 : J == 1 ? 48 : 80; }
 
 // grid: (chunks, H). Thread x: channel x % 32 of each slice; for the scans the
 // 8 tokens 8 (x / 32).. of the chunk, for the outputs tokens x / 32 + 8 r.
+// E: the input type; the products' operands are E (fp32: split hi + lo).
 template <class E>
 __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient_kernel(TensorCoreBackwardArgs a) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using M = E;
+  using L = ChannelGradientLayout<M>;
   constexpr int S = kChannelGradientSlice, P = kChannelGradientPad, kParts = kChannelGradientThreads / S;
-  constexpr int kRows = kChunk / kParts, kDA = kChunk + 1;
-  extern __shared__ __align__(16) float smem[];
-  float* b_s = smem;  // b log2(e)
+  constexpr int kRows = kChunk / kParts, PS = L::p_stride, OS = L::op_stride;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  float* b_s = reinterpret_cast<float*>(smem_raw);  // b log2(e)
   float* q_s = b_s + kChunk * P;
   float* k_s = q_s + kChunk * P;
-  float* kh_s = k_s + kChunk * P;  // k_j exp(b_e - b_j), e the end of j's sub-chunk; later r_t
-  float* qh_s = kh_s + kChunk * P;  // q_i exp(b_i - b_s), s the token before i's sub-chunk; later D's terms
-  float* dq_s = qh_s + kChunk * P;
+  float* dq_s = k_s + kChunk * P;
   float* dk_s = dq_s + kChunk * P;
-  float* da_s = dk_s + kChunk * P;  // [64][65]
-  float* part_s = da_s + kChunk * kDA;  // [kParts][S]
+  float* off_q = dk_s + kChunk * P;   // dq's off-diagonal sums (rows 16..63); later r_t
+  float* off_k = off_q + kChunk * P;  // dk's off-diagonal sums (rows 0..47); later D's terms
+  float* part_s = off_k + kChunk * P;  // [kParts][S]
   float* part2_s = part_s + kParts * S;
+  M* p_m = reinterpret_cast<M*>(smem_raw + L::floats * sizeof(float));  // P [query][key]
+  M* kr_m = p_m + kChunk * PS;          // decayed keys [key][channel]
+  M* qr_m = kr_m + kOffDiagonalRows * OS;  // decayed queries [query][channel]
   const BackwardChunk ch = a.chunks[blockIdx.x];
   const int hh = blockIdx.y, H = a.H, dk = a.DK, len = ch.length;
   const std::size_t token0 = std::size_t(ch.token0), row_stride = std::size_t(H) * dk, head_off = std::size_t(hh) * dk;
@@ -61,11 +86,11 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
   const E* k = static_cast<const E*>(a.k);
   E* dq = static_cast<E*>(a.dq);
   E* dk_out = static_cast<E*>(a.dk);
-  const int d = threadIdx.x % S, part = threadIdx.x / S;
+  const int d = threadIdx.x % S, part = threadIdx.x / S, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
   for (int e = threadIdx.x; e < kChunk * kChunk; e += kChannelGradientThreads) {
     const int r = e / kChunk, c = e % kChunk;
-    da_s[r * kDA + c] = r < len ? a.scores[((token0 + r) * H + hh) * kChunk + c] : 0.0f;
+    p_m[r * PS + c] = from_float<M>(r < len ? a.scores[((token0 + r) * H + hh) * kChunk + c] : 0.0f);
   }
   for (int d0 = 0; d0 < dk; d0 += S) {
     const bool channel = d0 + d < dk;
@@ -90,12 +115,36 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     #pragma unroll
     for (int r = 0; r < kRows; ++r) b_s[(part * kRows + r) * P + d] += before;
     __syncthreads();
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = part * kRows + r, end = t | (kSubChunk - 1), start = (t & ~(kSubChunk - 1)) - 1;
-      const float bt = b_s[t * P + d];
-      kh_s[t * P + d] = k_s[t * P + d] * exp2f(b_s[end * P + d] - bt);
-      qh_s[t * P + d] = start >= 0 ? q_s[t * P + d] * exp2f(bt - b_s[start * P + d]) : 0.0f;
+    // The off-diagonal operands (row x % 32 of the tiles is channel d: 256 is a multiple of 32).
+    for (int row = part; row < kOffDiagonalRows; row += kParts) {
+      const int I = row < 16 ? 1 : row < 48 ? 2 : 3, j = row - key_rows_of(I), r0 = 16 * I;
+      kr_m[row * OS + d] = from_float<M>(k_s[j * P + d] * exp2f(b_s[r0 * P + d] - b_s[j * P + d]));
+      const int J = row < 48 ? 0 : row < 80 ? 1 : 2, i = 16 * (J + 1) + row - query_rows_of(J), r1 = 16 * J + 15;
+      qr_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2f(b_s[i * P + d] - b_s[r1 * P + d]));
+    }
+    __syncthreads();
+    if (warp < 3) {  // dq of query sub-chunk I: P[I, < 16 I] times the keys decayed to 16 I
+      const int I = warp + 1, kr0 = key_rows_of(I);
+      float acc[4][4];
+      zero(acc);
+      mma_rows<M, 4>(acc, 0, 16 * I, [&](FragOf<M>* f, int kk) { a_rows(f, p_m, PS, 16 * I, kk, lane); },
+                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, kr_m + kr0 * OS, OS, n, kk, lane); });
+      #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e)
+          off_q[(16 * I + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
+    } else if (warp < 6) {  // dk of key sub-chunk J: P[> J, J]^T times the queries decayed to 16 J + 15
+      const int J = warp - 3, qr0 = query_rows_of(J), i0 = 16 * (J + 1);
+      float acc[4][4];
+      zero(acc);
+      mma_rows<M, 4>(acc, i0, kChunk, [&](FragOf<M>* f, int kk) { a_cols(f, p_m, PS, 16 * J, kk, lane); },
+                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, qr_m + qr0 * OS, OS, n, kk - i0, lane); });
+      #pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+        #pragma unroll
+        for (int e = 0; e < 4; ++e)
+          off_k[(16 * J + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
     }
     __syncthreads();
     const float bl = b_s[(kChunk - 1) * P + d];  // b_L: gk is 0 past the chunk's tokens
@@ -104,35 +153,22 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     for (int r = 0; r < kRows; ++r) {
       const int t = part + kParts * r, I = t / kSubChunk;
       const float bt = b_s[t * P + d];
-      const float* da_row = da_s + t * kDA;
-      float acc = 0.0f;
-      for (int J = 0; J < I; ++J) {  // keys of earlier sub-chunks, through their last token
-        float sum = 0.0f;
-        #pragma unroll
-        for (int j = kSubChunk * J; j < kSubChunk * J + kSubChunk; ++j) sum = __fmaf_rn(da_row[j], kh_s[j * P + d], sum);
-        acc = __fmaf_rn(sum, exp2f(bt - b_s[(kSubChunk * J + kSubChunk - 1) * P + d]), acc);
-      }
+      const M* p_row = p_m + t * PS;
+      float acc = I > 0 ? off_q[t * P + d] * exp2f(bt - b_s[16 * I * P + d]) : 0.0f;
       for (int j = kSubChunk * I; j <= t; ++j)
-        acc = __fmaf_rn(da_row[j] * k_s[j * P + d], exp2f(bt - b_s[j * P + d]), acc);
+        acc = __fmaf_rn(to_float(p_row[j]) * k_s[j * P + d], exp2f(bt - b_s[j * P + d]), acc);
       dq_t[r] = __fmaf_rn(dq_s[t * P + d], exp2f(bt), acc);
-      acc = 0.0f;
+      acc = I < 3 ? off_k[t * P + d] * exp2f(b_s[(16 * I + 15) * P + d] - bt) : 0.0f;
       for (int i = t; i < kSubChunk * I + kSubChunk; ++i)
-        acc = __fmaf_rn(da_s[i * kDA + t] * q_s[i * P + d], exp2f(b_s[i * P + d] - bt), acc);
-      for (int J = I + 1; J < kChunk / kSubChunk; ++J) {  // queries of later sub-chunks, through the token before them
-        float sum = 0.0f;
-        #pragma unroll
-        for (int i = kSubChunk * J; i < kSubChunk * J + kSubChunk; ++i)
-          sum = __fmaf_rn(da_s[i * kDA + t], qh_s[i * P + d], sum);
-        acc = __fmaf_rn(sum, exp2f(b_s[(kSubChunk * J - 1) * P + d] - bt), acc);
-      }
+        acc = __fmaf_rn(to_float(p_m[i * PS + t]) * q_s[i * P + d], exp2f(b_s[i * P + d] - bt), acc);
       dk_t[r] = __fmaf_rn(dk_s[t * P + d], exp2f(bl - bt), acc);
     }
-    __syncthreads();  // every thread is done with kh_s and qh_s
+    __syncthreads();  // every thread is done with off_q and off_k
     #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       const int t = part + kParts * r;
-      kh_s[t * P + d] = q_s[t * P + d] * dq_t[r] - k_s[t * P + d] * dk_t[r];  // r_t
-      qh_s[t * P + d] = k_s[t * P + d] * exp2f(bl - b_s[t * P + d]) * dk_s[t * P + d];  // D's term of key t
+      off_q[t * P + d] = q_s[t * P + d] * dq_t[r] - k_s[t * P + d] * dk_t[r];  // r_t
+      off_k[t * P + d] = k_s[t * P + d] * exp2f(bl - b_s[t * P + d]) * dk_s[t * P + d];  // D's term of key t
       if (channel && t < len) {
         const std::size_t off = (token0 + t) * row_stride + head_off + d0 + d;
         dq[off] = from_float<E>(dq_t[r]);
@@ -145,9 +181,9 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     #pragma unroll
     for (int r = kRows - 1; r >= 0; --r) {
       const int t = part * kRows + r;
-      tail += kh_s[t * P + d];
+      tail += off_q[t * P + d];
       suffix[r] = tail;
-      terms += qh_s[t * P + d];
+      terms += off_k[t * P + d];
     }
     part_s[part * S + d] = tail;
     part2_s[part * S + d] = terms;
@@ -165,6 +201,7 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     }
     __syncthreads();  // the tiles are refilled by the next slice
   }
+#endif
 }
 
 }  // namespace linattn::cuda::detail
