@@ -252,10 +252,10 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     else channel_chunks(std::false_type{});
     auto kernel = detail::channel_gate_gradient_kernel<E>;
     detail::check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              static_cast<int>(detail::ChannelGradientLayout<E>::bytes)),
+                                              static_cast<int>(detail::ChannelGradientLayout<float>::bytes)),
                          "cudaFuncSetAttribute");
     kernel<<<dim3(static_cast<unsigned>(work.chunks.size()), args.H), detail::kChannelGradientThreads,
-             detail::ChannelGradientLayout<E>::bytes, stream>>>(args);
+             detail::ChannelGradientLayout<float>::bytes, stream>>>(args);
     detail::check_launch(cudaGetLastError(), "tensor-core backward: dq, dk, dgk");
     return;
   }
