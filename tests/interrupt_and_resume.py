@@ -27,12 +27,10 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 
-from interrupt_helpers import alive, check, children_of, failures, run_linattn, show
+from interrupt_helpers import alive, check, failures, run_linattn, show, signal_when
 
 if len(sys.argv) != 3:
     sys.exit("usage: interrupt_and_resume.py LINATTN_EXE WORKDIR")
@@ -69,56 +67,27 @@ def interrupt(out, sig, min_bytes):
     failed before it."""
     shutil.rmtree(out, ignore_errors=True)
     partial = os.path.join(out, "in.case1.h5.partial")
-    started = time.monotonic()
-    proc = subprocess.Popen([EXE, "run", "in.h5", "-o", os.path.basename(out), "--memory-budget", "2.5M"], cwd=WORK,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    streams = {"stdout": [], "stderr": []}
-    case0_done = threading.Event()
 
-    def collect(name, pipe):
-        for line in pipe:
-            streams[name].append(line)
-            if name == "stdout" and line.startswith("[1/2] in.h5:case0  B="):
-                case0_done.set()
-
-    threads = [threading.Thread(target=collect, args=(n, getattr(proc, n)), daemon=True) for n in streams]
-    for t in threads:
-        t.start()
-    seen = None
-    readers = set()
-    while proc.poll() is None and time.monotonic() - started < 300:
+    def grown():
         try:
-            grown = case0_done.is_set() and os.path.getsize(partial) >= min_bytes
+            return os.path.getsize(partial) >= min_bytes
         except OSError:
-            grown = False
-        if grown:
-            seen = time.monotonic() - started
-            readers.update(children_of(proc.pid))
-            proc.send_signal(sig)
-            break
-        time.sleep(POLL)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        check(False, f"linattn run did not end within 60 s of {sig.name}")
-    for t in threads:
-        t.join()
-    r = subprocess.CompletedProcess(proc.args, proc.returncode, "".join(streams["stdout"]), "".join(streams["stderr"]))
-    r.wall = time.monotonic() - started
+            return False
+
+    r, readers, seen = signal_when(EXE, WORK, ["run", "in.h5", "-o", os.path.basename(out), "--memory-budget", "2.5M"],
+                                   "[1/2] in.h5:case0  B=", grown, sig, "run", POLL)
     if seen is None:
-        if proc.returncode != 0:
+        if r.returncode != 0:
             show(r, "run")
-            check(False, f"{sig.name}: the run failed before it could be interrupted (exit {proc.returncode})")
+            check(False, f"{sig.name}: the run failed before it could be interrupted (exit {r.returncode})")
             return None
         print(f"  case0's result line and {os.path.basename(partial)}"
               f"{f' with {min_bytes} bytes' if min_bytes else ''} never were there at once: the run ended first "
-              f"(exit {proc.returncode} after {r.wall:.2f} s)")
+              f"(exit {r.returncode} after {r.wall:.2f} s)")
         return "too fast"
     print(f"  case0 reported and {os.path.basename(partial)} there{f' with {min_bytes} bytes' if min_bytes else ''} "
           f"after {seen:.3f} s; sent {sig.name}")
-    if proc.returncode == 0:
+    if r.returncode == 0:
         print(f"  the run finished before {sig.name} landed (exit 0 after {r.wall:.2f} s)")
         return "too fast"
     return r, readers

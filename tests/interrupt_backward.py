@@ -24,12 +24,10 @@ import os
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import threading
 import time
 
-from interrupt_helpers import alive, check, children_of, failures, run_linattn, show
+from interrupt_helpers import alive, check, failures, run_linattn, show, signal_when
 
 if len(sys.argv) != 3:
     sys.exit("usage: interrupt_backward.py LINATTN_EXE WORKDIR")
@@ -71,44 +69,15 @@ def interrupt(out, sig):
     .partial exists: (result, reader pids), "too fast", or None when it failed first."""
     shutil.rmtree(os.path.join(WORK, out), ignore_errors=True)
     partial = os.path.join(WORK, out, "in.case1.grad.h5.partial")
-    started = time.monotonic()
-    proc = subprocess.Popen([EXE, *command(out)], cwd=WORK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    streams = {"stdout": [], "stderr": []}
-    case0_done = threading.Event()
-
-    def collect(name, pipe):
-        for line in pipe:
-            streams[name].append(line)
-            if name == "stdout" and line.startswith("[1/2] fwd/in.case0.h5  B="):
-                case0_done.set()
-
-    threads = [threading.Thread(target=collect, args=(n, getattr(proc, n)), daemon=True) for n in streams]
-    for t in threads:
-        t.start()
-    signalled, readers = False, set()
-    while proc.poll() is None and time.monotonic() - started < 300:
-        if case0_done.is_set() and os.path.exists(partial):
-            readers.update(children_of(proc.pid))
-            proc.send_signal(sig)
-            signalled = True
-            break
-        time.sleep(POLL)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        check(False, f"linattn backward did not end within 60 s of {sig.name}")
-    for t in threads:
-        t.join()
-    r = subprocess.CompletedProcess(proc.args, proc.returncode, "".join(streams["stdout"]), "".join(streams["stderr"]))
-    r.wall = time.monotonic() - started
-    if not signalled and proc.returncode != 0:
+    r, readers, seen = signal_when(EXE, WORK, command(out), "[1/2] fwd/in.case0.h5  B=",
+                                   lambda: os.path.exists(partial), sig, "backward", POLL)
+    signalled = seen is not None
+    if not signalled and r.returncode != 0:
         show(r, "backward")
-        check(False, f"{sig.name}: the backward failed before it could be interrupted (exit {proc.returncode})")
+        check(False, f"{sig.name}: the backward failed before it could be interrupted (exit {r.returncode})")
         return None
-    if not signalled or proc.returncode == 0:
-        print(f"  the backward finished before {sig.name} (exit {proc.returncode} after {r.wall:.2f} s)")
+    if not signalled or r.returncode == 0:
+        print(f"  the backward finished before {sig.name} (exit {r.returncode} after {r.wall:.2f} s)")
         return "too fast"
     print(f"  sent {sig.name} after {r.wall:.2f} s")
     return r, readers

@@ -1,8 +1,9 @@
 """What interrupt_and_resume.py (run) and interrupt_backward.py share: running
-linattn and showing what it said, and the processes a run leaves behind.
-Standard library only."""
+linattn and showing what it said, signalling it at a chosen moment, and the
+processes a run leaves behind. Standard library only."""
 import os
 import subprocess
+import threading
 import time
 
 failures = []  # what did not hold, in order
@@ -51,3 +52,44 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def signal_when(exe, work, args, first_line, ready, sig, what, poll=0.002, limit=300):
+    """Starts linattn ARGS in folder `work` and sends it sig once a line of its
+    stdout has started with first_line and ready() holds, noting its reader
+    processes first. Returns (result, reader pids, seconds to the signal or None
+    when it was never sent); result.wall is the wall time. A run still alive
+    60 s after the signal is killed and counted as a failure."""
+    started = time.monotonic()
+    proc = subprocess.Popen([exe, *args], cwd=work, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    streams = {"stdout": [], "stderr": []}
+    line_seen = threading.Event()
+
+    def collect(name, pipe):
+        for line in pipe:
+            streams[name].append(line)
+            if name == "stdout" and line.startswith(first_line):
+                line_seen.set()
+
+    threads = [threading.Thread(target=collect, args=(n, getattr(proc, n)), daemon=True) for n in streams]
+    for t in threads:
+        t.start()
+    seen, readers = None, set()
+    while proc.poll() is None and time.monotonic() - started < limit:
+        if line_seen.is_set() and ready():
+            seen = time.monotonic() - started
+            readers.update(children_of(proc.pid))
+            proc.send_signal(sig)
+            break
+        time.sleep(poll)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        check(False, f"linattn {what} did not end within 60 s of {sig.name}")
+    for t in threads:
+        t.join()
+    r = subprocess.CompletedProcess(proc.args, proc.returncode, "".join(streams["stdout"]), "".join(streams["stderr"]))
+    r.wall = time.monotonic() - started
+    return r, readers, seen
