@@ -347,7 +347,7 @@ class Batch {
     if (it == stages_.end()) it = stages_.emplace(key, make_compute_stage(s.input, opt_.forward)).first;
     // Warm up each kernel configuration once, outside the case's timings.
     const std::string shape = std::to_string(key) + ":" + std::to_string(p.DK) + "x" + std::to_string(p.DV) + "/" +
-                              std::to_string(p.chunk) + (p.varlen() ? "p" : "");
+                              std::to_string(p.chunk) + (p.varlen() ? "p" : "") + ":" + gate_dataset_name(s.gate);
     if (warmed_.insert(shape).second) startup_ += it->second->warm_up(p, s);
     return *it->second;
   }

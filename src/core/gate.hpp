@@ -56,10 +56,14 @@ inline std::vector<double> retnet_log_gammas(std::int64_t H) {
 
 // The index of the first value that is not a finite log-decay <= 0 (NaN,
 // Inf, positive), or -1: the one check every reader of a gate makes.
-inline std::int64_t first_bad_log_decay(const std::vector<double>& g) {
-  for (std::size_t i = 0; i < g.size(); ++i)
-    if (!(g[i] <= 0.0) || !std::isfinite(g[i])) return static_cast<std::int64_t>(i);
+template <class T>
+std::int64_t first_bad_log_decay(const T* g, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!(g[i] <= T(0)) || !std::isfinite(g[i])) return i;
   return -1;
+}
+inline std::int64_t first_bad_log_decay(const std::vector<double>& g) {
+  return first_bad_log_decay(g.data(), static_cast<std::int64_t>(g.size()));
 }
 
 }  // namespace linattn

@@ -91,11 +91,15 @@ void check_gate(const Problem& p, GateKind kind, const TensorSpan* gate) {
   const char* name = gate_dataset_name(kind);
   if (!gate) throw std::invalid_argument(std::string("the gate '") + name + "' is missing");
   require_shape(*gate, gate_shape(p, kind), name);
-  const std::vector<double> g = gate->to_double();
-  const std::int64_t bad = first_bad_log_decay(g);
+  // Scanned where it lies (every window of a streamed backward checks its slice):
+  // widening a gk window to doubles cost a copy of twice its bytes.
+  const std::int64_t n = gate->numel();
+  const std::int64_t bad = gate->dtype == DType::f32   ? first_bad_log_decay(gate->data<const float>(), n)
+                           : gate->dtype == DType::f64 ? first_bad_log_decay(gate->data<const double>(), n)
+                                                       : first_bad_log_decay(gate->to_double());
   if (bad >= 0)
     throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(bad) + " is " +
-                                std::to_string(g[static_cast<std::size_t>(bad)]) +
+                                std::to_string(element_as_double(gate->dtype, gate->bytes, bad)) +
                                 ": log-decays must be finite and <= 0");
 }
 
