@@ -67,6 +67,7 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
   using L = ChannelGradientLayout<M>;
   constexpr int S = kChannelGradientSlice, P = kChannelGradientPad, kParts = kChannelGradientThreads / S;
   constexpr int kRows = kChunk / kParts, PS = L::p_stride, OS = L::op_stride;
+  static_assert(S == 32, "load_channel_slice takes slices of 32 channels");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   float* b_s = reinterpret_cast<float*>(smem_raw);  // b log2(e)
   float* q_s = b_s + kChunk * P;
@@ -95,27 +96,12 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
   }
   for (int d0 = 0; d0 < dk; d0 += S) {
     const bool channel = d0 + d < dk;
-    // b by a scan in two steps (each thread its 8 tokens, then the parts before it); the tiles.
-    float run = 0.0f;
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = part * kRows + r;
-      const bool live = channel && t < len;  // past the chunk's tokens: gk 0, the rest 0
-      const std::size_t off = (token0 + (live ? t : 0)) * row_stride + head_off + d0 + d;
-      run += live ? a.gk[off] * kLog2e : 0.0f;
-      b_s[t * P + d] = run;
-      q_s[t * P + d] = live ? to_float(q[off]) : 0.0f;
-      k_s[t * P + d] = live ? to_float(k[off]) : 0.0f;
-      dq_s[t * P + d] = live ? a.dq_state[off] : 0.0f;
-      dk_s[t * P + d] = live ? a.dk_state[off] : 0.0f;
-    }
-    part_s[part * S + d] = run;
-    __syncthreads();
-    float before = 0.0f;
-    for (int p = 0; p < part; ++p) before += part_s[p * S + d];
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) b_s[(part * kRows + r) * P + d] += before;
-    __syncthreads();
+    // b, q and k (the prep's loader), and the chunk kernels' dq_state and dk_state.
+    load_channel_slice<kChannelGradientThreads>(a.gk, q, k, token0, len, row_stride, head_off, d0, dk, b_s, q_s, k_s,
+                                                part_s, [&](int t, std::size_t off, bool live) {
+                                                  dq_s[t * P + d] = live ? a.dq_state[off] : 0.0f;
+                                                  dk_s[t * P + d] = live ? a.dk_state[off] : 0.0f;
+                                                });
     // The off-diagonal operands (row x % 32 of the tiles is channel d: 256 is a multiple of 32).
     for (int row = part; row < kOffDiagonalRows; row += kParts) {
       const int I = row < 16 ? 1 : row < 48 ? 2 : 3, j = row - key_rows_of(I), r0 = 16 * I;

@@ -74,6 +74,42 @@ constexpr int kPrepThreads = 256;
 constexpr int kPrepSlice = 32;  // key channels per pass
 constexpr int kSubChunk = 16;
 
+// One slice of key channels d0..d0+31 of a chunk into fp32 tiles [64][P]:
+// b = the chunk's inclusive cumulative sums of gk in log2 units (by a scan in
+// two steps: each thread its kRows tokens, then the parts before it), q and k,
+// zero past the chunk's tokens and the head's channels. Thread x loads channel
+// x % 32 of tokens kRows (x / 32)..; extra(t, off, live) loads what else the
+// caller tiles per token (its element off of [rows, H, DK]). part_s: [parts][32]
+// scratch. Ends after a barrier, with every tile complete.
+template <int kThreads, class E, class Extra>
+__device__ inline void load_channel_slice(const float* gk, const E* q, const E* k, std::size_t token0, int len,
+                                          std::size_t row_stride, std::size_t head_off, int d0, int dk, float* b_s,
+                                          float* q_s, float* k_s, float* part_s, Extra&& extra) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int S = 32, P = S + 1, kParts = kThreads / S, kRows = kChunk / kParts;
+  const int d = threadIdx.x % S, part = threadIdx.x / S;
+  const bool channel = d0 + d < dk;
+  float run = 0.0f;
+  #pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const int t = part * kRows + r;
+    const bool live = channel && t < len;  // past the chunk's tokens: gk 0, the rest 0
+    const std::size_t off = (token0 + (live ? t : 0)) * row_stride + head_off + d0 + d;
+    run += live ? gk[off] * kLog2e : 0.0f;
+    b_s[t * P + d] = run;
+    q_s[t * P + d] = live ? to_float(q[off]) : 0.0f;
+    k_s[t * P + d] = live ? to_float(k[off]) : 0.0f;
+    extra(t, off, live);
+  }
+  part_s[part * S + d] = run;
+  __syncthreads();
+  float before = 0.0f;
+  for (int p = 0; p < part; ++p) before += part_s[p * S + d];
+  #pragma unroll
+  for (int r = 0; r < kRows; ++r) b_s[(part * kRows + r) * P + d] += before;
+  __syncthreads();
+}
+
 // Shared memory of the prep: b, q, k (64 x 33 fp32 each) and the per-part sums,
 // then the off-diagonal operands in the input type M: the queries of
 // sub-chunks 1..3 decayed from the token that starts theirs (48 rows) and, for
@@ -98,7 +134,7 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
   using M = E;
   using L = PrepLayout<M>;
   constexpr int S = kPrepSlice, P = S + 1, kParts = kPrepThreads / S, kRows = kChunk / kParts, OS = L::stride;
-  constexpr float kLog2e = 1.4426950408889634f;
+  static_assert(S == 32, "load_channel_slice takes slices of 32 channels");
   extern __shared__ __align__(16) unsigned char prep_raw[];
   float* b_s = reinterpret_cast<float*>(prep_raw);  // b log2(e)
   float* q_s = b_s + kChunk * P;
@@ -130,25 +166,8 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
 
   for (int d0 = 0; d0 < dk; d0 += S) {
     const bool channel = d0 + d < dk;
-    // b by a scan in two steps: each thread its 8 tokens, then the parts before it.
-    float run = 0.0f;
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = part * kRows + r;
-      const bool live = channel && t < len;  // past the chunk's tokens: gk 0, q and k 0
-      const std::size_t off = (token0 + (live ? t : 0)) * row_stride + head_off + d0 + d;
-      run += live ? a.gk[off] * kLog2e : 0.0f;
-      b_s[t * P + d] = run;
-      q_s[t * P + d] = live ? to_float(q[off]) : 0.0f;
-      k_s[t * P + d] = live ? to_float(k[off]) : 0.0f;
-    }
-    part_s[part * S + d] = run;
-    __syncthreads();
-    float before = 0.0f;
-    for (int p = 0; p < part; ++p) before += part_s[p * S + d];
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) b_s[(part * kRows + r) * P + d] += before;
-    __syncthreads();
+    load_channel_slice<kPrepThreads>(a.gk, q, k, token0, len, row_stride, head_off, d0, dk, b_s, q_s, k_s, part_s,
+                                     [](int, std::size_t, bool) {});
     // The fused kernel's operands and the chunk's state decay (b_L: row 63, as gk is 0 past len).
     const float bl = b_s[(kChunk - 1) * P + d];
     #pragma unroll
