@@ -23,6 +23,7 @@
 // same way); scores stay fp32, [token][H][64] like fla's A.
 #pragma once
 
+#include "kernels/cuda/backward_args.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
 
 #include <cuda_bf16.h>
@@ -44,11 +45,10 @@ struct ChannelGateArgs {
   float* decay;     // [chunks, H, DK], chunk indexed as h is
   int B, T, H, DK;
   float scale;
-  // Packed batches: chunk x (h's chunk x) starts at token chunk_token0[x] of
-  // the packed row and holds chunk_length[x] tokens; null for plain batches,
-  // whose chunk x is chunk x % NT of batch row x / NT.
-  const int* chunk_token0;
-  const int* chunk_length;
+  // Packed batches: chunk x (its decay row x) is chunks[x], the backward's
+  // table (backward_args.hpp); null for plain batches, whose chunk x is chunk
+  // x % NT of batch row x / NT.
+  const BackwardChunk* chunks;
 };
 
 namespace detail {
@@ -145,9 +145,10 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
   const int x = blockIdx.x, hh = blockIdx.y, H = a.H, dk = a.DK;
   std::size_t token0;
   int len;
-  if (a.chunk_token0) {
-    token0 = std::size_t(a.chunk_token0[x]);
-    len = a.chunk_length[x];
+  if (a.chunks) {
+    const BackwardChunk ch = a.chunks[x];
+    token0 = std::size_t(ch.token0);
+    len = ch.length;
   } else {
     const int NT = (a.T + kChunk - 1) / kChunk, b = x / NT, c = x % NT;
     token0 = std::size_t(b) * a.T + std::size_t(c) * kChunk;

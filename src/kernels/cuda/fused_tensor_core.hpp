@@ -39,31 +39,28 @@ template <class E>
 ChannelGateBuffers prepare_channel_gate(const FusedTensorCoreArgs& args, const std::vector<std::int64_t>* cu_seqlens,
                                         cudaStream_t stream) {
   const std::size_t rows = std::size_t(args.B) * args.T, qk = rows * args.H * args.DK;
-  // Packed batches: each chunk's first token, then each one's length, in h's chunk order.
-  std::vector<int> spans, lengths;
+  // Packed batches: the chunks in h's order, as the backward lists them.
+  std::vector<BackwardChunk> table;
   if (cu_seqlens)
     for (std::size_t n = 0; n + 1 < cu_seqlens->size(); ++n)
-      for (std::int64_t t = (*cu_seqlens)[n]; t < (*cu_seqlens)[n + 1]; t += detail::kChunk) {
-        spans.push_back(static_cast<int>(t));
-        lengths.push_back(static_cast<int>(std::min<std::int64_t>(detail::kChunk, (*cu_seqlens)[n + 1] - t)));
-      }
-  spans.insert(spans.end(), lengths.begin(), lengths.end());
-  const int chunks = cu_seqlens ? static_cast<int>(lengths.size())
+      for (std::int64_t t = (*cu_seqlens)[n]; t < (*cu_seqlens)[n + 1]; t += detail::kChunk)
+        table.push_back({t, static_cast<int>(std::min<std::int64_t>(detail::kChunk, (*cu_seqlens)[n + 1] - t)),
+                         static_cast<int>(table.size())});
+  const int chunks = cu_seqlens ? static_cast<int>(table.size())
                                 : args.B * ((args.T + detail::kChunk - 1) / detail::kChunk);
   ChannelGateBuffers b{StreamBuffer(qk * sizeof(E), stream, "tensor-core gk: decayed queries"),
                        StreamBuffer(qk * sizeof(E), stream, "tensor-core gk: decayed keys"),
                        StreamBuffer(rows * args.H * detail::kChunk * sizeof(float), stream, "tensor-core gk: scores"),
                        StreamBuffer(std::size_t(chunks) * args.H * args.DK * sizeof(float), stream,
                                     "tensor-core gk: state decays"),
-                       StreamBuffer(spans.size() * sizeof(int), stream, "tensor-core gk: chunk spans")};
+                       StreamBuffer(table.size() * sizeof(BackwardChunk), stream, "tensor-core gk: chunk table")};
   ChannelGateArgs prep{args.q, args.k, args.gk, b.qg.ptr.get(), b.kg.ptr.get(), b.scores.as<float>(),
-                       b.decay.as<float>(), args.B, args.T, args.H, args.DK, args.scale, nullptr, nullptr};
-  if (!spans.empty()) {
-    detail::check_launch(cudaMemcpyAsync(b.chunks.ptr.get(), spans.data(), spans.size() * sizeof(int),
+                       b.decay.as<float>(), args.B, args.T, args.H, args.DK, args.scale, nullptr};
+  if (!table.empty()) {
+    detail::check_launch(cudaMemcpyAsync(b.chunks.ptr.get(), table.data(), table.size() * sizeof(BackwardChunk),
                                          cudaMemcpyHostToDevice, stream),
-                         "tensor-core gk: chunk spans upload");
-    prep.chunk_token0 = b.chunks.as<int>();
-    prep.chunk_length = b.chunks.as<int>() + chunks;
+                         "tensor-core gk: chunk table upload");  // pageable: copied out before the call returns
+    prep.chunks = b.chunks.as<BackwardChunk>();
   }
   launch_channel_gate_prep<E>(prep, chunks, stream);
   detail::check_launch(cudaGetLastError(), "tensor-core gk: prepare launch");

@@ -149,8 +149,6 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   StreamBuffer channel_f32((std::size_t(args.num_tokens) * args.H * detail::kChunk + 2 * key_elems + 2 * chunk_keys) *
                                (channel ? sizeof(float) : 0),
                            stream, "tensor-core backward: scores, state gradients and decays");
-  StreamBuffer chunk_list(2 * (channel ? work.chunks.size() : 0) * sizeof(int), stream,
-                          "tensor-core backward: chunk list");
   if (channel) {
     if (!args.dg) throw std::invalid_argument("tensor-core backward: gk needs dgk");
     args.qg = operands.as<E>();
@@ -161,15 +159,6 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     args.state_rows = args.dk_state + key_elems;
     float* decay = args.state_rows + chunk_keys;
     args.channel_decay = decay;
-    std::vector<int> starts(2 * work.chunks.size());
-    for (std::size_t x = 0; x < work.chunks.size(); ++x) {
-      starts[x] = static_cast<int>(work.chunks[x].token0);
-      starts[work.chunks.size() + x] = work.chunks[x].length;
-    }
-    if (!starts.empty())
-      detail::check_launch(cudaMemcpyAsync(chunk_list.ptr.get(), starts.data(), starts.size() * sizeof(int),
-                                           cudaMemcpyHostToDevice, stream),
-                           "tensor-core backward: chunk list upload");  // pageable: copied out before the call returns
     ChannelGateArgs prep{};
     prep.q = args.q;
     prep.k = args.k;
@@ -183,8 +172,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     prep.H = args.H;
     prep.DK = args.DK;
     prep.scale = args.scale;
-    prep.chunk_token0 = chunk_list.as<int>();
-    prep.chunk_length = chunk_list.as<int>() + work.chunks.size();
+    prep.chunks = args.chunks;  // the work list's chunk table, already on the device
     launch_channel_gate_prep<E>(prep, static_cast<int>(work.chunks.size()), stream);
     detail::check_launch(cudaGetLastError(), "tensor-core backward: gk operands");
   }
