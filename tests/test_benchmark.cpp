@@ -1,6 +1,7 @@
 // The benchmark engine times every variant it is asked for, on data it makes on
 // the device, and checks o against the fp64 reference (so a fast but wrong
 // kernel cannot hide behind a good time).
+#include "app/text_table.hpp"
 #include "benchmark/benchmark.hpp"
 #include "core/accuracy_levels.hpp"
 #include "core/ledger.hpp"
@@ -116,6 +117,44 @@ TEST(Benchmark, BackwardRowIsCheckedAgainstTheReference) {
   }
   bc.normalize = true;
   EXPECT_THROW(run_benchmark(bc), std::invalid_argument);
+}
+
+// `bench --accuracy-tokens 0`: the rows are timed and not checked (the whole
+// row's fp64 reference of a large gk backward takes minutes); their errors are
+// NaN, which the table prints as "-", never a number that looks measured.
+TEST(Benchmark, AccuracyTokensZeroTimesWithoutChecking) {
+  BenchConfig bc;
+  bc.problem.B = 1; bc.problem.T = 200; bc.problem.H = 2; bc.problem.DK = 32; bc.problem.DV = 16; bc.problem.chunk = 32;
+  bc.dtype = DType::f32;
+  bc.snapshots = SnapshotMode::accumulation;
+  bc.reps = 1;
+  bc.warmup = 0;
+  bc.accuracy_tokens = 0;
+  bc.gate = GateKind::per_channel;
+  for (bool backward : {false, true}) {
+    bc.backward = backward;
+    bc.variants = {Variant::fused};
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 1u);
+    const VariantTiming& row = r.rows[0];
+    EXPECT_GT(row.median_ms, 0.0);
+    EXPECT_TRUE(std::isnan(row.o_rel_l2)) << (backward ? "backward" : "forward");
+    if (backward) {
+      EXPECT_TRUE(std::isnan(row.dk_rel_l2));
+      EXPECT_TRUE(std::isnan(row.dv_rel_l2));
+      EXPECT_TRUE(std::isnan(row.dg_rel_l2));
+    }
+  }
+  // With a check, the same rows carry finite errors.
+  bc.accuracy_tokens = 64;
+  for (bool backward : {false, true}) {
+    bc.backward = backward;
+    const BenchReport r = run_benchmark(bc);
+    ASSERT_EQ(r.rows.size(), 1u);
+    EXPECT_TRUE(std::isfinite(r.rows[0].o_rel_l2)) << (backward ? "backward" : "forward");
+    if (backward) EXPECT_TRUE(std::isfinite(r.rows[0].dg_rel_l2));
+  }
+  EXPECT_EQ(scientific(std::nan(""), 2), "-");
 }
 
 // `bench --gate --backward`: the gated forward stores h, the gated backward is

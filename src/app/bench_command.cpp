@@ -127,7 +127,10 @@ Command add_bench_command(CLI::App& parent) {
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
   cmd->add_option("--team-size", o->team_size, "Team size of the portable kernels (0: Kokkos::AUTO; the register-blocked state pass sizes its own)")->capture_default_str();
-  cmd->add_option("--accuracy-tokens", o->accuracy_tokens, "Tokens of the slice checked against fp64")->capture_default_str();
+  cmd->add_option("--accuracy-tokens", o->accuracy_tokens,
+                  "Tokens of the slice checked against fp64 (the backward checks its whole (0, 0) row); 0: no check")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--seed", o->seed, "Seed of the random inputs")->capture_default_str();
   cmd->add_option("--json", o->json, "Also write the results as JSON to this file");
 

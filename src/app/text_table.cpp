@@ -1,6 +1,7 @@
 #include "app/text_table.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 
 namespace linattn {
@@ -36,6 +37,7 @@ std::string fixed(double x, int digits) {
 }
 
 std::string scientific(double x, int digits) {
+  if (std::isnan(x)) return "-";  // not measured (e.g. bench --accuracy-tokens 0)
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*e", digits, x);
   return buf;
