@@ -39,13 +39,9 @@ template <class E>
 ChannelGateBuffers prepare_channel_gate(const FusedTensorCoreArgs& args, const std::vector<std::int64_t>* cu_seqlens,
                                         cudaStream_t stream) {
   const std::size_t rows = std::size_t(args.B) * args.T, qk = rows * args.H * args.DK;
-  // Packed batches: the chunks in h's order, as the backward lists them.
-  std::vector<BackwardChunk> table;
-  if (cu_seqlens)
-    for (std::size_t n = 0; n + 1 < cu_seqlens->size(); ++n)
-      for (std::int64_t t = (*cu_seqlens)[n]; t < (*cu_seqlens)[n + 1]; t += detail::kChunk)
-        table.push_back({t, static_cast<int>(std::min<std::int64_t>(detail::kChunk, (*cu_seqlens)[n + 1] - t)),
-                         static_cast<int>(table.size())});
+  // Packed batches: the chunks in h's order, the backward's table (backward_args.hpp).
+  const std::vector<BackwardChunk> table =
+      cu_seqlens ? backward_work(args.B, args.T, cu_seqlens).chunks : std::vector<BackwardChunk>{};
   const int chunks = cu_seqlens ? static_cast<int>(table.size())
                                 : args.B * ((args.T + detail::kChunk - 1) / detail::kChunk);
   ChannelGateBuffers b{StreamBuffer(qk * sizeof(E), stream, "tensor-core gk: decayed queries"),

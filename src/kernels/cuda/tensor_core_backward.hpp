@@ -57,33 +57,6 @@ void launch(Kernel kernel, std::size_t bytes, int blocks, int threads, const Ten
 
 }  // namespace detail
 
-// The sequences and chunks of a plain batch (B rows of T tokens) or a packed
-// one (cu_seqlens, B = 1): h's chunk rows in order, sequences longest first
-// for the reverse walks (their time is the longest walk's).
-struct BackwardWork {
-  std::vector<BackwardSequence> seqs;
-  std::vector<BackwardChunk> chunks;
-};
-inline BackwardWork backward_work(int B, std::int64_t T, const std::vector<std::int64_t>* cu_seqlens) {
-  BackwardWork w;
-  constexpr int C = detail::kChunk;
-  auto add = [&](std::int64_t token0, std::int64_t length, int seq) {
-    const int h_chunk0 = static_cast<int>(w.chunks.size());
-    w.seqs.push_back({token0, static_cast<int>(length), h_chunk0, seq});
-    for (std::int64_t t = 0; t < length; t += C)
-      w.chunks.push_back({token0 + t, static_cast<int>(std::min<std::int64_t>(C, length - t)), static_cast<int>(w.chunks.size())});
-  };
-  if (cu_seqlens) {
-    for (std::size_t n = 0; n + 1 < cu_seqlens->size(); ++n)
-      add((*cu_seqlens)[n], (*cu_seqlens)[n + 1] - (*cu_seqlens)[n], static_cast<int>(n));
-  } else {
-    for (int b = 0; b < B; ++b) add(b * T, T, b);
-  }
-  std::stable_sort(w.seqs.begin(), w.seqs.end(),
-                   [](const BackwardSequence& x, const BackwardSequence& y) { return x.length > y.length; });
-  return w;
-}
-
 // Runs both kernels on `stream`. E: the inputs' and outputs' type
 // (__nv_bfloat16, __half or float); SnapT: h's (E, __nv_bfloat16 or float).
 // args.seqs, args.chunks and dh's padding are set here; dh is allocated here.
