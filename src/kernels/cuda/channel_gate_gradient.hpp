@@ -21,7 +21,8 @@
 // (mma.sync over P and the decayed keys or queries in fp32, split hi + lo:
 // with P rounded to 16 bits instead, dgk, whose terms cancel, was 3.3e-3 from
 // fp64 against fla's 6.4e-4 at 8,4096,16,128 bf16 on the H100, and 4.0e-4 when
-// these products were fp32 sums on CUDA cores, at 9edd928); the diagonal blocks take one exp per term on CUDA cores in fp32.
+// these products were fp32 sums on CUDA cores, at 9edd928); the diagonal
+// blocks are fp32 sums on CUDA cores, by 4-token blocks (below).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
@@ -56,12 +57,17 @@ struct ChannelGradientLayout {
 // First row of sub-chunk I's keys in the decayed-key tile, of J's queries in the decayed-query tile.
 __device__ inline int key_rows_of(int I) { return I == 1 ? 0 : I == 2 ? 16 : 48; }
 __device__ inline int query_rows_of(int J) { return J == 0 ? 0 : J == 1 ? 48 : 80; }
+// The same within a 16-block's 24 rows of the 4-token blocks' operands: the
+// keys before 4-block I4 = 1, 2, 3 (4 I4 rows each), the queries after 4-block
+// J4 = 0, 1, 2 (12 - 4 J4 rows each).
+__device__ inline int key_tile_row(int I4) { return 2 * I4 * (I4 - 1); }
+__device__ inline int query_tile_row(int J4) { return 12 * J4 - 2 * J4 * (J4 - 1); }
 
 // grid: (chunks, H). Thread x: channel x % 32 of each slice; for the scans the
 // 8 tokens 8 (x / 32).. of the chunk, for the outputs tokens x / 32 + 8 r.
 // E: the input type; the products' operands are fp32, split hi + lo.
 template <class E>
-__global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient_kernel(TensorCoreBackwardArgs a) {
+__global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = float;
   using L = ChannelGradientLayout<M>;
@@ -105,9 +111,9 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     // The off-diagonal operands (row x % 32 of the tiles is channel d: 256 is a multiple of 32).
     for (int row = part; row < kOffDiagonalRows; row += kParts) {
       const int I = row < 16 ? 1 : row < 48 ? 2 : 3, j = row - key_rows_of(I), r0 = 16 * I;
-      kr_m[row * OS + d] = from_float<M>(k_s[j * P + d] * exp2f(b_s[r0 * P + d] - b_s[j * P + d]));
+      kr_m[row * OS + d] = from_float<M>(k_s[j * P + d] * exp2_nonpositive(b_s[r0 * P + d] - b_s[j * P + d]));
       const int J = row < 48 ? 0 : row < 80 ? 1 : 2, i = 16 * (J + 1) + row - query_rows_of(J), r1 = 16 * J + 15;
-      qr_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2f(b_s[i * P + d] - b_s[r1 * P + d]));
+      qr_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[r1 * P + d]));
     }
     __syncthreads();
     if (warp < 3) {  // dq of query sub-chunk I: P[I, < 16 I] times the keys decayed to 16 I
@@ -134,32 +140,54 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
           off_k[(16 * J + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
     }
     __syncthreads();
+    // The diagonal 16-blocks by 4-token blocks, as the prep's diagonal_tile
+    // takes them: a token's terms with the earlier (dq) or later (dk) 4-blocks
+    // of its 16-block go through the token that starts (ends) its own 4-block,
+    // both factors <= 1, so each needs one exp per channel. Their decayed
+    // operands go into the off-diagonal tiles, free after the products: for
+    // 16-block I, rows 24 I.. of kf_s hold, for I4 = 1, 2, 3, the keys
+    // 16 I..16 I + 4 I4 - 1 decayed to 16 I + 4 I4; rows 24 I.. of qf_s, for
+    // J4 = 0, 1, 2, the queries 16 I + 4 J4 + 4..16 I + 15 decayed to 16 I + 4 J4 + 3.
+    float* kf_s = kr_m;
+    float* qf_s = qr_m;
+    for (int row = part; row < kOffDiagonalRows; row += kParts) {
+      const int I = row / 24, x = row % 24;
+      const int I4 = x < 4 ? 1 : x < 12 ? 2 : 3, j = 16 * I + x - key_tile_row(I4), r4 = 16 * I + 4 * I4;
+      kf_s[row * OS + d] = k_s[j * P + d] * exp2_nonpositive(b_s[r4 * P + d] - b_s[j * P + d]);
+      const int J4 = x < 12 ? 0 : x < 20 ? 1 : 2, e4 = 16 * I + 4 * J4 + 3, i = e4 + 1 + x - query_tile_row(J4);
+      qf_s[row * OS + d] = q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[e4 * P + d]);
+    }
+    __syncthreads();
     const float bl = b_s[(kChunk - 1) * P + d];  // b_L: gk is 0 past the chunk's tokens
-    float dq_t[kRows], dk_t[kRows];
+    // Each (token, channel) is one thread's from here to the outputs: off_q and
+    // off_k are read and then overwritten by the same thread.
     #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      const int t = part + kParts * r, I = t / kSubChunk;
+      const int t = part + kParts * r, I = t / kSubChunk, I4 = (t % kSubChunk) / 4, r4 = 16 * I + 4 * I4, e4 = r4 + 3;
       const float bt = b_s[t * P + d];
       const M* p_row = p_m + t * PS;
-      float acc = I > 0 ? off_q[t * P + d] * exp2f(bt - b_s[16 * I * P + d]) : 0.0f;
-      for (int j = kSubChunk * I; j <= t; ++j)
-        acc = __fmaf_rn(to_float(p_row[j]) * k_s[j * P + d], exp2f(bt - b_s[j * P + d]), acc);
-      dq_t[r] = __fmaf_rn(dq_s[t * P + d], exp2f(bt), acc);
-      acc = I < 3 ? off_k[t * P + d] * exp2f(b_s[(16 * I + 15) * P + d] - bt) : 0.0f;
-      for (int i = t; i < kSubChunk * I + kSubChunk; ++i)
-        acc = __fmaf_rn(to_float(p_m[i * PS + t]) * q_s[i * P + d], exp2f(b_s[i * P + d] - bt), acc);
-      dk_t[r] = __fmaf_rn(dk_s[t * P + d], exp2f(bl - bt), acc);
-    }
-    __syncthreads();  // every thread is done with off_q and off_k
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = part + kParts * r;
-      off_q[t * P + d] = q_s[t * P + d] * dq_t[r] - k_s[t * P + d] * dk_t[r];  // r_t
-      off_k[t * P + d] = k_s[t * P + d] * exp2f(bl - b_s[t * P + d]) * dk_s[t * P + d];  // D's term of key t
+      float acc = I > 0 ? off_q[t * P + d] * exp2_nonpositive(bt - b_s[16 * I * P + d]) : 0.0f;
+      const float* kf = kf_s + (24 * I + key_tile_row(I4)) * OS + d;  // key 16 I + jj: kf[jj OS]
+      float before = 0.0f;
+      for (int jj = 0; jj < 4 * I4; ++jj) before = __fmaf_rn(to_float(p_row[16 * I + jj]), kf[jj * OS], before);
+      acc = __fmaf_rn(before, exp2_nonpositive(bt - b_s[r4 * P + d]), acc);
+      for (int j = r4; j <= t; ++j)
+        acc = __fmaf_rn(to_float(p_row[j]) * k_s[j * P + d], exp2_nonpositive(bt - b_s[j * P + d]), acc);
+      const float dq_v = __fmaf_rn(dq_s[t * P + d], exp2_nonpositive(bt), acc);
+      acc = I < 3 ? off_k[t * P + d] * exp2_nonpositive(b_s[(16 * I + 15) * P + d] - bt) : 0.0f;
+      const float* qf = qf_s + (24 * I + query_tile_row(I4)) * OS + d;  // query e4 + 1 + ii: qf[ii OS]
+      float after = 0.0f;
+      for (int ii = 0; ii < 12 - 4 * I4; ++ii) after = __fmaf_rn(to_float(p_m[(e4 + 1 + ii) * PS + t]), qf[ii * OS], after);
+      acc = __fmaf_rn(after, exp2_nonpositive(b_s[e4 * P + d] - bt), acc);
+      for (int i = t; i <= e4; ++i)
+        acc = __fmaf_rn(to_float(p_m[i * PS + t]) * q_s[i * P + d], exp2_nonpositive(b_s[i * P + d] - bt), acc);
+      const float to_end = exp2_nonpositive(bl - bt), dk_v = __fmaf_rn(dk_s[t * P + d], to_end, acc);
+      off_q[t * P + d] = q_s[t * P + d] * dq_v - k_s[t * P + d] * dk_v;  // r_t
+      off_k[t * P + d] = k_s[t * P + d] * to_end * dk_s[t * P + d];      // D's term of key t
       if (channel && t < len) {
         const std::size_t off = (token0 + t) * row_stride + head_off + d0 + d;
-        dq[off] = from_float<E>(dq_t[r]);
-        dk_out[off] = from_float<E>(dk_t[r]);
+        dq[off] = from_float<E>(dq_v);
+        dk_out[off] = from_float<E>(dk_v);
       }
     }
     __syncthreads();
@@ -179,7 +207,7 @@ __global__ void __launch_bounds__(kChannelGradientThreads) channel_gate_gradient
     for (int p = part + 1; p < kParts; ++p) after += part_s[p * S + d];
     for (int p = 0; p < kParts; ++p) state += part2_s[p * S + d];
     if (channel) {
-      state += exp2f(bl) * a.state_rows[(std::size_t(ch.h_chunk) * H + hh) * dk + d0 + d];
+      state += exp2_nonpositive(bl) * a.state_rows[(std::size_t(ch.h_chunk) * H + hh) * dk + d0 + d];
       #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         const int t = part * kRows + r;

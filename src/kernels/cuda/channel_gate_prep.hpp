@@ -73,6 +73,11 @@ __device__ inline E from_float(float x) {
 constexpr int kPrepThreads = 256;
 constexpr int kPrepSlice = 32;  // key channels per pass
 constexpr int kSubChunk = 16;
+// Blocks resident per SM: the prep is bound by issue and latency, and 4
+// blocks (64 registers) keep more warps to issue from than 2 (128); fp32
+// inputs take 3 (80), since their split operands spill at 64.
+template <class E>
+constexpr int kPrepBlocksPerSm = std::is_same<E, float>::value ? 3 : 4;
 
 // One slice of key channels d0..d0+31 of a chunk into fp32 tiles [64][P]:
 // b = the chunk's inclusive cumulative sums of gk in log2 units (by a scan in
@@ -124,12 +129,109 @@ struct PrepLayout {
 // First row of query sub-chunk I's keys in the decayed-key tile.
 __device__ inline int prep_key_rows_of(int I) { return I == 1 ? 0 : I == 2 ? 16 : 48; }
 
+// 2^x for x <= 0: one MUFU instruction (results below 2^-126 flush to zero,
+// which is what they round to beside the terms they are summed with).
+__device__ inline float exp2_nonpositive(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The diagonal 16-blocks of the scores in fp32 on CUDA cores, by 4 x 4 tiles
+// of 4-token blocks: a query i of block I4 meets a key j of an earlier block
+// J4 < I4 through the token r that starts I4, (q_i 2^(b_i - b_r)) (k_j 2^(b_r - b_j)),
+// both factors <= 1 (as the 16-token sub-chunks do on tensor cores), so such
+// a tile costs 7 exps per channel for its 16 terms; a tile on the diagonal
+// (J4 = I4) takes one exp per term, j < i. Of the tiles with J4 <= I4 in each
+// 16-block, warps 3..5 own the 24 with J4 < I4 and warps 6, 7 the 16 with
+// J4 = I4, 8 tiles a warp; lane = 4 tile + quarter, and quarter c sums
+// channels c, c + 4, ... of each slice (so that a warp's rows fall in distinct
+// banks). tiles [t][P]: q, k, b (log2 units) of load_channel_slice.
+struct DiagonalTile {
+  int i0, j0;  // first query and first key token
+  bool on_diagonal;
+};
+__device__ inline DiagonalTile diagonal_tile_of(int warp, int lane) {
+  const int t = lane / 4;
+  if (warp < 6) {
+    // tile p of a 16-block: (I4, J4) = (1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)
+    const int u = 8 * (warp - 3) + t, blk = u / 6, p = u % 6, I4 = p < 1 ? 1 : p < 3 ? 2 : 3, J4 = p - I4 * (I4 - 1) / 2;
+    return {16 * blk + 4 * I4, 16 * blk + 4 * J4, false};
+  }
+  const int u = 8 * (warp - 6) + t;
+  return {4 * u, 4 * u, true};
+}
+
+template <int P, int kN>
+__device__ inline void diagonal_tile(float (&acc)[kN][4], int warp, int lane, const float* q_s, const float* k_s,
+                                     const float* b_s) {
+  const DiagonalTile tile = diagonal_tile_of(warp, lane);
+  const int quarter = lane % 4;
+  if (!tile.on_diagonal) {
+    #pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int e = quarter + 4 * s;
+      const float br = b_s[tile.i0 * P + e];
+      float qf[4], kf[4];
+      qf[0] = q_s[tile.i0 * P + e];
+      #pragma unroll
+      for (int a = 1; a < 4; ++a) qf[a] = q_s[(tile.i0 + a) * P + e] * exp2_nonpositive(b_s[(tile.i0 + a) * P + e] - br);
+      #pragma unroll
+      for (int c = 0; c < 4; ++c) kf[c] = k_s[(tile.j0 + c) * P + e] * exp2_nonpositive(br - b_s[(tile.j0 + c) * P + e]);
+      #pragma unroll
+      for (int a = 0; a < 4; ++a)
+        #pragma unroll
+        for (int c = 0; c < 4; ++c) acc[a][c] = __fmaf_rn(qf[a], kf[c], acc[a][c]);
+    }
+  } else {
+    #pragma unroll
+    for (int s = 0; s < 8; ++s) {
+      const int e = quarter + 4 * s;
+      float qv[4], kv[4], bv[4];
+      #pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        qv[a] = q_s[(tile.i0 + a) * P + e];
+        kv[a] = k_s[(tile.i0 + a) * P + e];
+        bv[a] = b_s[(tile.i0 + a) * P + e];
+      }
+      #pragma unroll
+      for (int a = 0; a < 4; ++a) {
+        acc[a][a] = __fmaf_rn(qv[a], kv[a], acc[a][a]);
+        #pragma unroll
+        for (int c = 0; c < a; ++c) acc[a][c] = __fmaf_rn(qv[a] * kv[c], exp2_nonpositive(bv[a] - bv[c]), acc[a][c]);
+      }
+    }
+  }
+}
+
+// Sums a tile over its four quarters and writes it: lane quarter c writes row
+// i0 + c (zeros above the diagonal of a tile on it).
+template <int kN>
+__device__ inline void store_diagonal_tile(float (&acc)[kN][4], int warp, int lane, int len, float scale,
+                                           float* scores, std::size_t srow) {
+  #pragma unroll
+  for (int a = 0; a < 4; ++a)
+    #pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      acc[a][c] += __shfl_xor_sync(0xffffffffu, acc[a][c], 1);
+      acc[a][c] += __shfl_xor_sync(0xffffffffu, acc[a][c], 2);
+    }
+  const DiagonalTile tile = diagonal_tile_of(warp, lane);
+  const int a = lane % 4, i = tile.i0 + a;
+  float row[4];
+  #pragma unroll
+  for (int r = 0; r < 4; ++r)
+    #pragma unroll
+    for (int c = 0; c < 4; ++c)
+      if (r == a) row[c] = tile.on_diagonal && c > a ? 0.0f : scale * acc[r][c];
+  if (i < len) *reinterpret_cast<float4*>(scores + i * srow + tile.j0) = make_float4(row[0], row[1], row[2], row[3]);
+}
+
 // grid: (chunks, H). Thread x scans channel x % 32 over tokens 8(x / 32)..+7
-// of each slice; for the diagonal blocks it owns row i = 16 (x / 64) + (x % 64) / 4
-// and columns 16 (x / 64) + 4 (x % 4)..+3; warps 0..2 own the off-diagonal
-// rows of query sub-chunks 1..3.
+// of each slice; warps 0..2 own the off-diagonal rows of query sub-chunks 1..3
+// (tensor cores), warps 3..7 the diagonal 16-blocks' tiles (diagonal_tile).
 template <class E>
-__global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(ChannelGateArgs a) {
+__global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gate_prep_kernel(ChannelGateArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = E;
   using L = PrepLayout<M>;
@@ -160,9 +262,9 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
   E* kg = static_cast<E*>(a.kg);
   const std::size_t row_stride = std::size_t(H) * dk, head_off = std::size_t(hh) * dk;
   const int d = threadIdx.x % S, part = threadIdx.x / S, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int diag = threadIdx.x / 64, di = 16 * diag + (threadIdx.x % 64) / 4, dj = 16 * diag + 4 * (threadIdx.x % 4);
-  float acc_d[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // scores (di, dj..dj + 3)
-  float acc[6][4];                         // warp w < 3: rows of query sub-chunk w + 1, keys 0..16 (w + 1)
+  // warp w < 3: rows of query sub-chunk w + 1, keys 0..16 (w + 1); warps 3..7:
+  // rows 0..3 are their 4 x 4 tile of the diagonal 16-blocks (diagonal_tile)
+  float acc[6][4];
   zero(acc);
 
   for (int d0 = 0; d0 < dk; d0 += S) {
@@ -177,22 +279,22 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
       if (channel && t < len) {
         const std::size_t off = (token0 + t) * row_stride + head_off + d0 + d;
         const float bt = b_s[t * P + d];
-        qg[off] = from_float<E>(q_s[t * P + d] * exp2f(bt));
-        kg[off] = from_float<E>(k_s[t * P + d] * exp2f(bl - bt));
+        qg[off] = from_float<E>(q_s[t * P + d] * exp2_nonpositive(bt));
+        kg[off] = from_float<E>(k_s[t * P + d] * exp2_nonpositive(bl - bt));
       }
     }
     if (part == 0 && channel) {
       const std::size_t chunk_row = std::size_t(x) * H + hh;
-      a.decay[chunk_row * dk + d0 + d] = exp2f(bl);
+      a.decay[chunk_row * dk + d0 + d] = exp2_nonpositive(bl);
     }
     // The off-diagonal operands (row x % 32 of the tiles is channel d).
     for (int row = part; row < 48 + 96; row += kParts) {
       if (row < 48) {
         const int i = 16 + row, r0 = 16 * (i / 16);
-        qh_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2f(b_s[i * P + d] - b_s[r0 * P + d]));
+        qh_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[r0 * P + d]));
       } else {
         const int kr = row - 48, I = kr < 16 ? 1 : kr < 48 ? 2 : 3, j = kr - prep_key_rows_of(I), r0 = 16 * I;
-        kr_m[kr * OS + d] = from_float<M>(k_s[j * P + d] * exp2f(b_s[r0 * P + d] - b_s[j * P + d]));
+        kr_m[kr * OS + d] = from_float<M>(k_s[j * P + d] * exp2_nonpositive(b_s[r0 * P + d] - b_s[j * P + d]));
       }
     }
     __syncthreads();
@@ -201,23 +303,13 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
       mma_rows<M, 6>(acc, 0, S, [&](FragOf<M>* f, int kk) { a_rows(f, qh_m, OS, 16 * warp, kk, lane); },
                      [&](FragOf<M>* f, int n, int kk) { b_rows(f, kr_m + kr0 * OS, OS, n, kk, lane); }, I);
     }
-    // The diagonal blocks: one exp per term and channel (every exponent <= 0).
-    const int nd = min(S, dk - d0);
-    for (int e = 0; e < nd; ++e) {
-      const float qi = q_s[di * P + e], bi = b_s[di * P + e];
-      #pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        const int j = dj + c;
-        if (j <= di) acc_d[c] = __fmaf_rn(qi * k_s[j * P + e], exp2f(bi - b_s[j * P + e]), acc_d[c]);
-      }
-    }
+    // The diagonal 16-blocks by 4-token blocks (see diagonal_tile).
+    if (warp >= 3) diagonal_tile<P>(acc, warp, lane, q_s, k_s, b_s);
     __syncthreads();  // the tiles are refilled by the next slice
   }
   float* scores = a.scores + (token0 * H + hh) * kChunk;  // row i at i * H * 64
   const std::size_t srow = std::size_t(H) * kChunk;
-  if (di < len)
-    #pragma unroll
-    for (int c = 0; c < 4; ++c) scores[di * srow + dj + c] = dj + c <= di ? a.scale * acc_d[c] : 0.0f;
+  if (warp >= 3) store_diagonal_tile(acc, warp, lane, len, a.scale, scores, srow);
   if (warp < 3) {
     const int I = warp + 1;
     #pragma unroll
@@ -228,10 +320,10 @@ __global__ void __launch_bounds__(kPrepThreads) channel_gate_prep_kernel(Channel
         if (nt < 2 * I && i < len) scores[i * srow + j] = a.scale * acc[nt][e];
       }
   }
-  // Keys past a query's sub-chunk: zero.
-  for (int e = threadIdx.x; e < kChunk * kChunk; e += kPrepThreads) {
-    const int i = e / kChunk, j = e % kChunk;
-    if (i < len && j / kSubChunk > i / kSubChunk) scores[i * srow + j] = 0.0f;
+  // Keys past a query's 4-token block: zero (no tile writes them).
+  for (int e = threadIdx.x; e < kChunk * kChunk / 4; e += kPrepThreads) {
+    const int i = e / (kChunk / 4), j4 = e % (kChunk / 4);
+    if (i < len && j4 > i / 4) *reinterpret_cast<float4*>(scores + i * srow + 4 * j4) = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 #endif
 }
