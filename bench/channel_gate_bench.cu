@@ -24,19 +24,6 @@
 
 using bf16 = __nv_bfloat16;
 
-// gk = -strength * |u| for u of fill_uniform (never zero).
-__global__ void make_log_decays(float* g, std::size_t n, float strength) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
-    g[i] = -strength * fabsf(g[i]);
-}
-
-template <class T>
-std::vector<T> to_host(const T* p, std::size_t n) {
-  std::vector<T> h(n);
-  CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
-  return h;
-}
-
 int main(int argc, char** argv) {
   if (argc < 6) {
     std::fprintf(stderr, "usage: %s B T H DK DV [reps] [strength] [block_dv]\n", argv[0]);
@@ -85,8 +72,8 @@ int main(int argc, char** argv) {
   CHECK(cudaMemset(o, 0xff, nv * 2));  // poison
   forward();
   CHECK(cudaDeviceSynchronize());
-  const std::vector<bf16> hq = to_host(q, nq), hk = to_host(k, nq), hv = to_host(v, nv), ho = to_host(o, nv);
-  const std::vector<float> hg = to_host(gk, nq);
+  const std::vector<bf16> hq = copy_to_host(q, nq), hk = copy_to_host(k, nq), hv = copy_to_host(v, nv), ho = copy_to_host(o, nv);
+  const std::vector<float> hg = copy_to_host(gk, nq);
   forward();
   const std::vector<float> gk_ms = event_times_ms(forward, reps);
   linattn::cuda::FusedTensorCoreArgs level1 = args;

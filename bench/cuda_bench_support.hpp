@@ -1,5 +1,5 @@
 // What the standalone CUDA harnesses (fused_tensor_core_bench.cu,
-// fp32_tensor_core_bench.cu, tensor_core_backward_bench.cu) share: a CUDA
+// fp32_tensor_core_bench.cu, tensor_core_backward_bench.cu, the gk harnesses) share: a CUDA
 // call checked, inputs uniform in [-1, 1] (never zero) made on the device,
 // timings by CUDA events, the copy bandwidth of the same run, and o's error
 // on one row against fp64.
@@ -34,6 +34,20 @@ __global__ void fill_uniform(E* x, std::size_t n, std::uint64_t seed) {
     const float u = float(z >> 40) / float(1 << 24) * 2.0f - 1.0f;
     x[i] = E(u == 0.0f ? 0.5f : u);
   }
+}
+
+// g = -strength * |g| elementwise: log-decays <= 0 (never zero) from fill_uniform's draws.
+__global__ void make_log_decays(float* g, std::size_t n, float strength) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n; i += std::size_t(gridDim.x) * blockDim.x)
+    g[i] = -strength * fabsf(g[i]);
+}
+
+// n elements of device memory, as they are.
+template <class T>
+std::vector<T> copy_to_host(const T* p, std::size_t n) {
+  std::vector<T> h(n);
+  CHECK(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost));
+  return h;
 }
 
 // The times of n runs of f in ms (CUDA events around each), sorted.
