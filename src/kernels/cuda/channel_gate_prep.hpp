@@ -18,7 +18,8 @@
 // so those off-diagonal blocks are matrix products on tensor cores (mma.sync
 // over the decayed queries and keys rounded to the input type, as fla rounds
 // them; fp32 inputs split hi + lo), accumulated in fp32 over the channels; the
-// diagonal blocks take one exp per term and channel on CUDA cores in fp32.
+// diagonal blocks are fp32 sums on CUDA cores by the same device one level
+// down, 4-token blocks (diagonal_tile).
 // qg and kg are rounded to the input type (fla's chunk_gla rounds them the
 // same way); scores stay fp32, [token][H][64] like fla's A.
 #pragma once
