@@ -37,19 +37,22 @@ namespace linattn::cuda::detail {
 constexpr int kChannelGradientThreads = 256;
 constexpr int kChannelGradientSlice = 32;  // key channels per pass
 constexpr int kChannelGradientPad = kChannelGradientSlice + 1;
-// The off-diagonal operands: keys decayed to the start of each later query
-// sub-chunk I = 1, 2, 3 (16 I rows each), queries decayed to the end of each
-// earlier key sub-chunk J = 0, 1, 2 (64 - 16 (J + 1) rows each): 96 rows each.
+// The off-diagonal operands: keys decayed to the end of the sub-chunk before
+// each later query sub-chunk I = 1, 2, 3 (16 I rows each), queries decayed to
+// the end of each earlier key sub-chunk J = 0, 1, 2 (64 - 16 (J + 1) rows each):
+// 96 rows each.
 constexpr int kOffDiagonalRows = 96;
 
-// Shared memory: b, q, k, dq_state, dk_state and the two off-diagonal sums
-// (64 x 33 fp32 each), two sets of per-part sums, then P (64 x 64) and the
-// decayed keys and queries in the products' element type M.
+// Shared memory, fp32: P (64 x 68), the decayed keys and queries (96 x 36
+// each), the off-diagonal sums of dq and dk (64 x 33 each; dq's rows later
+// hold the suffix sums of q dq), and per sub-chunk and channel the scan's
+// totals and the parts of dgk (4 x 32 each).
 template <class M>
 struct ChannelGradientLayout {
   static constexpr int p_stride = kChunk + kPadOf<M>, op_stride = kChannelGradientSlice + kPadOf<M>;
+  static constexpr int kTotals = 4;  // scan totals, sums of q dq, of k dk, D's terms
   static constexpr std::size_t floats =
-      std::size_t(7) * kChunk * kChannelGradientPad + 2 * (kChannelGradientThreads / kChannelGradientSlice) * kChannelGradientSlice;
+      std::size_t(2) * kChunk * kChannelGradientPad + kTotals * 4 * kChannelGradientSlice;
   static constexpr std::size_t bytes =
       floats * sizeof(float) + (std::size_t(kChunk) * p_stride + 2 * kOffDiagonalRows * op_stride) * sizeof(M);
 };
@@ -57,164 +60,266 @@ struct ChannelGradientLayout {
 // First row of sub-chunk I's keys in the decayed-key tile, of J's queries in the decayed-query tile.
 __device__ inline int key_rows_of(int I) { return I == 1 ? 0 : I == 2 ? 16 : 48; }
 __device__ inline int query_rows_of(int J) { return J == 0 ? 0 : J == 1 ? 48 : 80; }
-// The same within a 16-block's 24 rows of the 4-token blocks' operands: the
-// keys before 4-block I4 = 1, 2, 3 (4 I4 rows each), the queries after 4-block
-// J4 = 0, 1, 2 (12 - 4 J4 rows each).
-__device__ inline int key_tile_row(int I4) { return 2 * I4 * (I4 - 1); }
-__device__ inline int query_tile_row(int J4) { return 12 * J4 - 2 * J4 * (J4 - 1); }
 
-// grid: (chunks, H). Thread x: channel x % 32 of each slice; for the scans the
-// 8 tokens 8 (x / 32).. of the chunk, for the outputs tokens x / 32 + 8 r.
-// E: the input type; the products' operands are fp32, split hi + lo.
+__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// grid: (chunks, H), 8 warps. Lane: channel d0 + lane of each slice. Warp w < 4
+// owns dq of sub-chunk w, warp 4 + J dk of sub-chunk J: each thread holds its
+// sub-chunk's 16 tokens of b, q, k and the state gradient in registers, so
+// the diagonal blocks are unrolled register code, and the warp's
+// off-diagonal product is its own (no block barrier between the product and
+// its use). E: the input type; the products' operands are fp32, split hi + lo.
 template <class E>
 __global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = float;
   using L = ChannelGradientLayout<M>;
-  constexpr int S = kChannelGradientSlice, P = kChannelGradientPad, kParts = kChannelGradientThreads / S;
-  constexpr int kRows = kChunk / kParts, PS = L::p_stride, OS = L::op_stride;
-  static_assert(S == 32, "load_channel_slice takes slices of 32 channels");
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int S = kChannelGradientSlice, P = kChannelGradientPad, PS = L::p_stride, OS = L::op_stride;
+  static_assert(kChannelGradientThreads == 8 * 32 && S == 32, "a warp per sub-chunk and role, a lane per channel");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  float* b_s = reinterpret_cast<float*>(smem_raw);  // b log2(e)
-  float* q_s = b_s + kChunk * P;
-  float* k_s = q_s + kChunk * P;
-  float* dq_s = k_s + kChunk * P;
-  float* dk_s = dq_s + kChunk * P;
-  float* off_q = dk_s + kChunk * P;   // dq's off-diagonal sums (rows 16..63); later r_t
-  float* off_k = off_q + kChunk * P;  // dk's off-diagonal sums (rows 0..47); later D's terms
-  float* part_s = off_k + kChunk * P;  // [kParts][S]
-  float* part2_s = part_s + kParts * S;
+  float* off_q = reinterpret_cast<float*>(smem_raw);  // dq's off-diagonal sums; then the suffix sums of q dq
+  float* off_k = off_q + kChunk * P;                   // dk's off-diagonal sums
+  float* total_s = off_k + kChunk * P;                 // [4][S]: sum of b over each sub-chunk
+  float* qdq_s = total_s + 4 * S;                      // [4][S]: sum of q dq over each sub-chunk
+  float* kdk_s = qdq_s + 4 * S;                        // [4][S]: sum of k dk
+  float* d_s = kdk_s + 4 * S;                          // [4][S]: D's terms
   M* p_m = reinterpret_cast<M*>(smem_raw + L::floats * sizeof(float));  // P [query][key]
-  M* kr_m = p_m + kChunk * PS;          // decayed keys [key][channel]
-  M* qr_m = kr_m + kOffDiagonalRows * OS;  // decayed queries [query][channel]
+  M* kr_m = p_m + kChunk * PS;                                          // decayed keys [key][channel]
+  M* qr_m = kr_m + kOffDiagonalRows * OS;                               // decayed queries [query][channel]
   const BackwardChunk ch = a.chunks[blockIdx.x];
   const int hh = blockIdx.y, H = a.H, dk = a.DK, len = ch.length;
   const std::size_t token0 = std::size_t(ch.token0), row_stride = std::size_t(H) * dk, head_off = std::size_t(hh) * dk;
-  const E* q = static_cast<const E*>(a.q);
-  const E* k = static_cast<const E*>(a.k);
-  E* dq = static_cast<E*>(a.dq);
+  const E* q_in = static_cast<const E*>(a.q);
+  const E* k_in = static_cast<const E*>(a.k);
+  E* dq_out = static_cast<E*>(a.dq);
   E* dk_out = static_cast<E*>(a.dk);
-  const int d = threadIdx.x % S, part = threadIdx.x / S, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const bool dq_role = warp < 4;
+  const int I = warp & 3, t0 = kSubChunk * I;  // this warp's sub-chunk and its first token
 
-  for (int e = threadIdx.x; e < kChunk * kChunk; e += kChannelGradientThreads) {
-    const int r = e / kChunk, c = e % kChunk;
-    p_m[r * PS + c] = from_float<M>(r < len ? a.scores[((token0 + r) * H + hh) * kChunk + c] : 0.0f);
+  // P, rows past the chunk's tokens zero (the upper triangle is copied and never read).
+  {
+    constexpr int kLoads = kChunk * kChunk / 4 / kChannelGradientThreads;
+    float4 v[kLoads];
+    #pragma unroll
+    for (int x = 0; x < kLoads; ++x) {  // every load in flight before the first store
+      const int e = threadIdx.x + x * kChannelGradientThreads, r = e / (kChunk / 4), c = 4 * (e % (kChunk / 4));
+      v[x] = r < len && c <= r ? *reinterpret_cast<const float4*>(a.scores + ((token0 + r) * H + hh) * kChunk + c)
+                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    #pragma unroll
+    for (int x = 0; x < kLoads; ++x) {
+      const int e = threadIdx.x + x * kChannelGradientThreads;
+      *reinterpret_cast<float4*>(p_m + (e / (kChunk / 4)) * PS + 4 * (e % (kChunk / 4))) = v[x];
+    }
   }
   for (int d0 = 0; d0 < dk; d0 += S) {
-    const bool channel = d0 + d < dk;
-    // b, q and k (the prep's loader), and the chunk kernels' dq_state and dk_state.
-    load_channel_slice<kChannelGradientThreads>(a.gk, q, k, token0, len, row_stride, head_off, d0, dk, b_s, q_s, k_s,
-                                                part_s, [&](int t, std::size_t off, bool live) {
-                                                  dq_s[t * P + d] = live ? a.dq_state[off] : 0.0f;
-                                                  dk_s[t * P + d] = live ? a.dk_state[off] : 0.0f;
-                                                });
-    // The off-diagonal operands (row x % 32 of the tiles is channel d: 256 is a multiple of 32).
-    for (int row = part; row < kOffDiagonalRows; row += kParts) {
-      const int I = row < 16 ? 1 : row < 48 ? 2 : 3, j = row - key_rows_of(I), r0 = 16 * I;
-      kr_m[row * OS + d] = from_float<M>(k_s[j * P + d] * exp2_nonpositive(b_s[r0 * P + d] - b_s[j * P + d]));
-      const int J = row < 48 ? 0 : row < 80 ? 1 : 2, i = 16 * (J + 1) + row - query_rows_of(J), r1 = 16 * J + 15;
-      qr_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[r1 * P + d]));
+    const bool channel = d0 + lane < dk;
+    // This sub-chunk's b (log2 units, cumulative within it for now), q, k and
+    // the state gradient of this warp's role.
+    float b[16], q[16], k[16], st[16];
+    float run = 0.0f;
+    #pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const bool live = channel && t0 + t < len;  // past the chunk's tokens: gk 0, the rest 0
+      const std::size_t off = (token0 + (live ? t0 + t : 0)) * row_stride + head_off + d0 + lane;
+      run += live ? a.gk[off] * kLog2e : 0.0f;
+      b[t] = run;
+      q[t] = live ? to_float(q_in[off]) : 0.0f;
+      k[t] = live ? to_float(k_in[off]) : 0.0f;
+      st[t] = live ? (dq_role ? a.dq_state[off] : a.dk_state[off]) : 0.0f;
+    }
+    if (dq_role) total_s[I * S + lane] = run;
+    // sum_v h[c] dh[c] of this channel, for dgk at the end (loaded now, its latency hidden)
+    const float state_row = !dq_role && channel ? a.state_rows[(std::size_t(ch.h_chunk) * H + hh) * dk + d0 + lane] : 0.0f;
+    __syncthreads();
+    // The next slice's rows into L2 while this one computes (its loads above
+    // were the largest stall: ncu, BENCHMARKS.md).
+    if (d0 + S + lane < dk)
+      for (int t = warp; t < len; t += kChannelGradientThreads / 32) {
+        const std::size_t off = (token0 + t) * row_stride + head_off + d0 + S + lane;
+        prefetch_l2(a.gk + off);
+        prefetch_l2(q_in + off);
+        prefetch_l2(k_in + off);
+        prefetch_l2(a.dq_state + off);
+        prefetch_l2(a.dk_state + off);
+      }
+    // end[J]: b at the last token of sub-chunk J (end[3] = b_L: gk is 0 past the chunk's tokens).
+    float end[4];
+    end[0] = total_s[lane];
+    #pragma unroll
+    for (int J = 1; J < 4; ++J) end[J] = end[J - 1] + total_s[J * S + lane];
+    const float before = I == 0 ? 0.0f : I == 1 ? end[0] : I == 2 ? end[1] : end[2];
+    #pragma unroll
+    for (int t = 0; t < 16; ++t) b[t] += before;
+    // The off-diagonal operands: this sub-chunk's keys decayed to the end of
+    // each later query sub-chunk's predecessor (dq warps), its queries decayed
+    // to the end of each earlier key sub-chunk (dk warps).
+    if (dq_role) {
+      for (int Iq = I + 1; Iq < 4; ++Iq) {
+        const float ref = Iq == 1 ? end[0] : Iq == 2 ? end[1] : end[2];
+        M* dst = kr_m + (key_rows_of(Iq) + t0) * OS + lane;
+        #pragma unroll
+        for (int t = 0; t < 16; ++t) dst[t * OS] = k[t] * exp2_nonpositive(ref - b[t]);
+      }
+    } else {
+      for (int Jk = 0; Jk < I; ++Jk) {
+        const float ref = Jk == 0 ? end[0] : Jk == 1 ? end[1] : end[2];
+        M* dst = qr_m + (query_rows_of(Jk) + t0 - kSubChunk * (Jk + 1)) * OS + lane;
+        #pragma unroll
+        for (int t = 0; t < 16; ++t) dst[t * OS] = q[t] * exp2_nonpositive(b[t] - ref);
+      }
     }
     __syncthreads();
-    if (warp < 3) {  // dq of query sub-chunk I: P[I, < 16 I] times the keys decayed to 16 I
-      const int I = warp + 1, kr0 = key_rows_of(I);
+    // This warp's off-diagonal product, to its own rows of off_q or off_k.
+    if (dq_role && I > 0) {  // P[I, < 16 I] times the keys decayed to the end of sub-chunk I - 1
       float acc[4][4];
       zero(acc);
-      mma_rows<M, 4>(acc, 0, 16 * I, [&](FragOf<M>* f, int kk) { a_rows(f, p_m, PS, 16 * I, kk, lane); },
-                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, kr_m + kr0 * OS, OS, n, kk, lane); });
+      mma_rows<M, 4>(acc, 0, t0, [&](FragOf<M>* f, int kk) { a_rows(f, p_m, PS, t0, kk, lane); },
+                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, kr_m + key_rows_of(I) * OS, OS, n, kk, lane); });
       #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
         #pragma unroll
         for (int e = 0; e < 4; ++e)
-          off_q[(16 * I + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
-    } else if (warp < 6) {  // dk of key sub-chunk J: P[> J, J]^T times the queries decayed to 16 J + 15
-      const int J = warp - 3, qr0 = query_rows_of(J), i0 = 16 * (J + 1);
+          off_q[(t0 + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
+    } else if (!dq_role && I < 3) {  // P[> I, I]^T times the queries decayed to the end of sub-chunk I
+      const int i0 = t0 + kSubChunk;
       float acc[4][4];
       zero(acc);
-      mma_rows<M, 4>(acc, i0, kChunk, [&](FragOf<M>* f, int kk) { a_cols(f, p_m, PS, 16 * J, kk, lane); },
-                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, qr_m + qr0 * OS, OS, n, kk - i0, lane); });
+      mma_rows<M, 4>(acc, i0, kChunk, [&](FragOf<M>* f, int kk) { a_cols(f, p_m, PS, t0, kk, lane); },
+                     [&](FragOf<M>* f, int n, int kk) { b_cols(f, qr_m + query_rows_of(I) * OS, OS, n, kk - i0, lane); });
       #pragma unroll
       for (int nt = 0; nt < 4; ++nt)
         #pragma unroll
         for (int e = 0; e < 4; ++e)
-          off_k[(16 * J + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
+          off_k[(t0 + (lane >> 2) + 8 * (e / 2)) * P + 8 * nt + 2 * (lane & 3) + e % 2] = acc[nt][e];
     }
-    __syncthreads();
-    // The diagonal 16-blocks by 4-token blocks, as the prep's diagonal_tile
-    // takes them: a token's terms with the earlier (dq) or later (dk) 4-blocks
-    // of its 16-block go through the token that starts (ends) its own 4-block,
-    // both factors <= 1, so each needs one exp per channel. Their decayed
-    // operands go into the off-diagonal tiles, free after the products: for
-    // 16-block I, rows 24 I.. of kf_s hold, for I4 = 1, 2, 3, the keys
-    // 16 I..16 I + 4 I4 - 1 decayed to 16 I + 4 I4; rows 24 I.. of qf_s, for
-    // J4 = 0, 1, 2, the queries 16 I + 4 J4 + 4..16 I + 15 decayed to 16 I + 4 J4 + 3.
-    float* kf_s = kr_m;
-    float* qf_s = qr_m;
-    for (int row = part; row < kOffDiagonalRows; row += kParts) {
-      const int I = row / 24, x = row % 24;
-      const int I4 = x < 4 ? 1 : x < 12 ? 2 : 3, j = 16 * I + x - key_tile_row(I4), r4 = 16 * I + 4 * I4;
-      kf_s[row * OS + d] = k_s[j * P + d] * exp2_nonpositive(b_s[r4 * P + d] - b_s[j * P + d]);
-      const int J4 = x < 12 ? 0 : x < 20 ? 1 : 2, e4 = 16 * I + 4 * J4 + 3, i = e4 + 1 + x - query_tile_row(J4);
-      qf_s[row * OS + d] = q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[e4 * P + d]);
-    }
-    __syncthreads();
-    const float bl = b_s[(kChunk - 1) * P + d];  // b_L: gk is 0 past the chunk's tokens
-    // Each (token, channel) is one thread's from here to the outputs: off_q and
-    // off_k are read and then overwritten by the same thread.
-    #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int t = part + kParts * r, I = t / kSubChunk, I4 = (t % kSubChunk) / 4, r4 = 16 * I + 4 * I4, e4 = r4 + 3;
-      const float bt = b_s[t * P + d];
-      const M* p_row = p_m + t * PS;
-      float acc = I > 0 ? off_q[t * P + d] * exp2_nonpositive(bt - b_s[16 * I * P + d]) : 0.0f;
-      const float* kf = kf_s + (24 * I + key_tile_row(I4)) * OS + d;  // key 16 I + jj: kf[jj OS]
-      float before = 0.0f;
-      for (int jj = 0; jj < 4 * I4; ++jj) before = __fmaf_rn(to_float(p_row[16 * I + jj]), kf[jj * OS], before);
-      acc = __fmaf_rn(before, exp2_nonpositive(bt - b_s[r4 * P + d]), acc);
-      for (int j = r4; j <= t; ++j)
-        acc = __fmaf_rn(to_float(p_row[j]) * k_s[j * P + d], exp2_nonpositive(bt - b_s[j * P + d]), acc);
-      const float dq_v = __fmaf_rn(dq_s[t * P + d], exp2_nonpositive(bt), acc);
-      acc = I < 3 ? off_k[t * P + d] * exp2_nonpositive(b_s[(16 * I + 15) * P + d] - bt) : 0.0f;
-      const float* qf = qf_s + (24 * I + query_tile_row(I4)) * OS + d;  // query e4 + 1 + ii: qf[ii OS]
-      float after = 0.0f;
-      for (int ii = 0; ii < 12 - 4 * I4; ++ii) after = __fmaf_rn(to_float(p_m[(e4 + 1 + ii) * PS + t]), qf[ii * OS], after);
-      acc = __fmaf_rn(after, exp2_nonpositive(b_s[e4 * P + d] - bt), acc);
-      for (int i = t; i <= e4; ++i)
-        acc = __fmaf_rn(to_float(p_m[i * PS + t]) * q_s[i * P + d], exp2_nonpositive(b_s[i * P + d] - bt), acc);
-      const float to_end = exp2_nonpositive(bl - bt), dk_v = __fmaf_rn(dk_s[t * P + d], to_end, acc);
-      off_q[t * P + d] = q_s[t * P + d] * dq_v - k_s[t * P + d] * dk_v;  // r_t
-      off_k[t * P + d] = k_s[t * P + d] * to_end * dk_s[t * P + d];      // D's term of key t
-      if (channel && t < len) {
-        const std::size_t off = (token0 + t) * row_stride + head_off + d0 + d;
-        dq[off] = from_float<E>(dq_v);
-        dk_out[off] = from_float<E>(dk_v);
-      }
-    }
-    __syncthreads();
-    // dgk: suffix sums of r within the chunk (each thread its 8 tokens, then the parts after it) plus D.
-    float suffix[kRows], tail = 0.0f, terms = 0.0f;
-    #pragma unroll
-    for (int r = kRows - 1; r >= 0; --r) {
-      const int t = part * kRows + r;
-      tail += off_q[t * P + d];
-      suffix[r] = tail;
-      terms += off_k[t * P + d];
-    }
-    part_s[part * S + d] = tail;
-    part2_s[part * S + d] = terms;
-    __syncthreads();
-    float after = 0.0f, state = 0.0f;
-    for (int p = part + 1; p < kParts; ++p) after += part_s[p * S + d];
-    for (int p = 0; p < kParts; ++p) state += part2_s[p * S + d];
-    if (channel) {
-      state += exp2_nonpositive(bl) * a.state_rows[(std::size_t(ch.h_chunk) * H + hh) * dk + d0 + d];
+    __syncwarp();
+    const float bl = end[3];
+    float r[16];  // q dq (dq warps) or k dk (dk warps) of each token
+    if (dq_role) {
+      // dq_i = 2^b_i dq_state_i + 2^(b_i - end[I-1]) off_i + the diagonal
+      // block by 4-token blocks: keys of earlier 4-blocks through the last
+      // token of the 4-block before i's (both factors <= 1), the rest one exp a term.
+      float dqv[16];
       #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int t = part * kRows + r;
-        if (t < len) a.dg[(token0 + t) * row_stride + head_off + d0 + d] = suffix[r] + after + state;
+      for (int t = 0; t < 16; ++t) {
+        dqv[t] = st[t] * exp2_nonpositive(b[t]);
+        if (I > 0) dqv[t] = __fmaf_rn(off_q[(t0 + t) * P + lane], exp2_nonpositive(b[t] - before), dqv[t]);
       }
+      #pragma unroll
+      for (int I4 = 0; I4 < 4; ++I4) {
+        float kf[12];
+        #pragma unroll
+        for (int j = 0; j < 4 * I4; ++j) kf[j] = k[j] * exp2_nonpositive(b[4 * I4 - 1] - b[j]);  // j < 4 I4: I4 > 0
+        #pragma unroll
+        for (int x = 0; x < 4; ++x) {
+          const int i = 4 * I4 + x;
+          const float* p_row = p_m + (t0 + i) * PS + t0;
+          float sum = 0.0f;
+          #pragma unroll
+          for (int J4 = 0; J4 < I4; ++J4) {
+            const float4 p4 = *reinterpret_cast<const float4*>(p_row + 4 * J4);
+            sum = __fmaf_rn(p4.x, kf[4 * J4], sum);
+            sum = __fmaf_rn(p4.y, kf[4 * J4 + 1], sum);
+            sum = __fmaf_rn(p4.z, kf[4 * J4 + 2], sum);
+            sum = __fmaf_rn(p4.w, kf[4 * J4 + 3], sum);
+          }
+          if (I4 > 0) dqv[i] = __fmaf_rn(sum, exp2_nonpositive(b[i] - b[I4 > 0 ? 4 * I4 - 1 : 0]), dqv[i]);
+          const float4 p4 = *reinterpret_cast<const float4*>(p_row + 4 * I4);
+          const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+          #pragma unroll
+          for (int y = 0; y < x; ++y) {
+            const int j = 4 * I4 + y;
+            dqv[i] = __fmaf_rn(pv[y] * k[j], exp2_nonpositive(b[i] - b[j]), dqv[i]);
+          }
+          dqv[i] = __fmaf_rn(pv[x], k[i], dqv[i]);
+        }
+      }
+      #pragma unroll
+      for (int t = 0; t < 16; ++t) {
+        r[t] = q[t] * dqv[t];
+        if (channel && t0 + t < len) dq_out[(token0 + t0 + t) * row_stride + head_off + d0 + lane] = from_float<E>(dqv[t]);
+      }
+    } else {
+      // dk_j = 2^(b_L - b_j) dk_state_j + 2^(end[J] - b_j) off_j + the
+      // diagonal block: queries of later 4-blocks through the last token of
+      // j's 4-block, the rest one exp a term. D's terms: k_j 2^(b_L - b_j) dk_state_j.
+      const float own_end = I == 0 ? end[0] : I == 1 ? end[1] : end[2];  // I < 3 where used
+      float dkv[16], dterm = 0.0f;
+      #pragma unroll
+      for (int t = 0; t < 16; ++t) {
+        const float to_end = exp2_nonpositive(bl - b[t]);
+        dkv[t] = st[t] * to_end;
+        dterm = __fmaf_rn(k[t] * to_end, st[t], dterm);
+        if (I < 3) dkv[t] = __fmaf_rn(off_k[(t0 + t) * P + lane], exp2_nonpositive(own_end - b[t]), dkv[t]);
+      }
+      #pragma unroll
+      for (int J4 = 0; J4 < 4; ++J4) {
+        const float ref = b[4 * J4 + 3];
+        float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        #pragma unroll
+        for (int i = 4 * J4 + 4; i < 16; ++i) {
+          const float qf = q[i] * exp2_nonpositive(b[i] - ref);
+          const float4 p4 = *reinterpret_cast<const float4*>(p_m + (t0 + i) * PS + t0 + 4 * J4);
+          sum[0] = __fmaf_rn(p4.x, qf, sum[0]);
+          sum[1] = __fmaf_rn(p4.y, qf, sum[1]);
+          sum[2] = __fmaf_rn(p4.z, qf, sum[2]);
+          sum[3] = __fmaf_rn(p4.w, qf, sum[3]);
+        }
+        #pragma unroll
+        for (int y = 0; y < 4; ++y) {
+          const int j = 4 * J4 + y;
+          if (J4 < 3) dkv[j] = __fmaf_rn(sum[y], exp2_nonpositive(ref - b[j]), dkv[j]);
+        }
+        #pragma unroll
+        for (int x = 0; x < 4; ++x) {  // query i = 4 J4 + x meets the keys j <= i of its 4-block
+          const int i = 4 * J4 + x;
+          const float4 p4 = *reinterpret_cast<const float4*>(p_m + (t0 + i) * PS + t0 + 4 * J4);
+          const float pv[4] = {p4.x, p4.y, p4.z, p4.w};
+          dkv[i] = __fmaf_rn(pv[x], q[i], dkv[i]);
+          #pragma unroll
+          for (int y = 0; y < x; ++y) {
+            const int j = 4 * J4 + y;
+            dkv[j] = __fmaf_rn(pv[y] * q[i], exp2_nonpositive(b[i] - b[j]), dkv[j]);
+          }
+        }
+      }
+      #pragma unroll
+      for (int t = 0; t < 16; ++t) {
+        r[t] = k[t] * dkv[t];
+        if (channel && t0 + t < len) dk_out[(token0 + t0 + t) * row_stride + head_off + d0 + lane] = from_float<E>(dkv[t]);
+      }
+      d_s[I * S + lane] = dterm;
     }
-    __syncthreads();  // the tiles are refilled by the next slice
+    // dgk_t = sum_{s >= t in c} (q_s dq_s - k_s dk_s) + D: suffix sums within
+    // the sub-chunk, the dq warps' to shared, then the dk warps add the rest.
+    float tail = 0.0f;
+    #pragma unroll
+    for (int t = 15; t >= 0; --t) r[t] = tail += r[t];
+    if (dq_role) {
+      #pragma unroll
+      for (int t = 0; t < 16; ++t) off_q[(t0 + t) * P + lane] = r[t];
+      qdq_s[I * S + lane] = tail;
+    } else {
+      kdk_s[I * S + lane] = tail;
+    }
+    __syncthreads();
+    if (!dq_role && channel) {
+      float rest = exp2_nonpositive(bl) * state_row;
+      #pragma unroll
+      for (int J = 0; J < 4; ++J) {
+        rest += d_s[J * S + lane];
+        if (J > I) rest += qdq_s[J * S + lane] - kdk_s[J * S + lane];
+      }
+      #pragma unroll
+      for (int t = 0; t < 16; ++t)
+        if (t0 + t < len)
+          a.dg[(token0 + t0 + t) * row_stride + head_off + d0 + lane] = off_q[(t0 + t) * P + lane] - r[t] + rest;
+    }
+    // The next slice writes total_s before its first barrier, and the rest
+    // only after its second, which every thread reaches after this slice's reads.
   }
 #endif
 }
