@@ -13,16 +13,16 @@
 // (kernels/channel_gate_backward.hpp is the portable form, reference/channel_gated.hpp
 // the fp64 one). Every exponent is a difference of cumulative sums <= 0, taken
 // by 16-token sub-chunks, as fla's chunk_gla takes them: the products of a
-// query sub-chunk I with the keys of the earlier ones go through the token
-// r = 16 I that starts I, exp(b_i - b_r) * exp(b_r - b_j), the products of a
-// key sub-chunk J with the queries of the later ones through its last token
-// r = 16 J + 15, exp(b_i - b_r) * exp(b_r - b_j) (all four factors <= 1),
-// so that those off-diagonal blocks are matrix products on tensor cores
-// (mma.sync over P and the decayed keys or queries in fp32, split hi + lo:
-// with P rounded to 16 bits instead, dgk, whose terms cancel, was 3.3e-3 from
-// fp64 against fla's 6.4e-4 at 8,4096,16,128 bf16 on the H100, and 4.0e-4 when
-// these products were fp32 sums on CUDA cores, at 9edd928); the diagonal
-// blocks are fp32 sums on CUDA cores, by 4-token blocks (below).
+// query sub-chunk I with the keys of the earlier ones go through the last
+// token r = 16 I - 1 of the sub-chunk before I, exp(b_i - b_r) * exp(b_r - b_j),
+// the products of a key sub-chunk J with the queries of the later ones through
+// its own last token r = 16 J + 15 (all four factors <= 1), so that those
+// off-diagonal blocks are matrix products on tensor cores (mma.sync over P and
+// the decayed keys or queries in fp32, split hi + lo: with P rounded to 16 bits
+// instead, dgk, whose terms cancel, was 3.3e-3 from fp64 against fla's 6.4e-4
+// at 8,4096,16,128 bf16 on the H100, and 4.0e-4 when these products were fp32
+// sums on CUDA cores, at 9edd928); the diagonal blocks are fp32 sums in
+// registers by 4-token blocks, the same device one level down (below).
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
