@@ -146,15 +146,12 @@ class BackwardBuffers {
   BackwardBuffers(const std::string& exe, int readers) : readers_(readers), reads_(exe, readers, readers, 4096) {}
   void ensure(std::int64_t read_slot_bytes, std::int64_t output_slot_bytes) {
     reads_.ensure_slot_bytes(read_slot_bytes);
-    if (output_slots_ && output_slots_->slot_bytes() >= output_slot_bytes) return;
-    output_slots_.reset();
+    if (outputs_ && outputs_->pool().slot_bytes() >= output_slot_bytes) return;
     outputs_.reset();  // unmapped before the larger one is made
-    const std::int64_t bytes = (output_slot_bytes + 4095) / 4096 * 4096;
-    outputs_ = std::make_unique<pipeline::HostRegion>(kOutputSlots * bytes, false);
-    output_slots_ = std::make_unique<pipeline::SlotPool>(*outputs_, kOutputSlots);
+    outputs_ = std::make_unique<pipeline::SlotRegion>(kOutputSlots, output_slot_bytes, false);
   }
   pipeline::ReaderGroup& reads() { return reads_; }
-  pipeline::SlotPool& output_slots() { return *output_slots_; }
+  pipeline::SlotPool& output_slots() { return outputs_->pool(); }
 
   // Where the time and memory went, for the pipeline line.
   std::string describe() const {
@@ -162,16 +159,15 @@ class BackwardBuffers {
     return "reader busy " + fixed(reads_.busy_seconds(), 2) + " s (" + std::to_string(readers_) +
            " processes, peak RSS " + std::to_string(peak_rss_ >> 20) + " MiB); " + std::to_string(readers_) +
            " read slots of " + mib(reads_.slot_bytes()) + " + " + std::to_string(kOutputSlots) + " output slots of " +
-           mib(output_slots_ ? output_slots_->slot_bytes() : 0) +
-           (reads_.pinned() && outputs_ && outputs_->pinned() ? ", page-locked" : "");
+           mib(outputs_ ? outputs_->pool().slot_bytes() : 0) +
+           (reads_.pinned() && outputs_ && outputs_->region().pinned() ? ", page-locked" : "");
   }
   void stop() { peak_rss_ = reads_.stop(); }
 
  private:
   int readers_;
   pipeline::ReaderGroup reads_;
-  std::unique_ptr<pipeline::HostRegion> outputs_;
-  std::unique_ptr<pipeline::SlotPool> output_slots_;
+  std::unique_ptr<pipeline::SlotRegion> outputs_;
   std::int64_t peak_rss_ = 0;
 };
 

@@ -148,8 +148,8 @@ class Batch {
         // each is a process of its own, with its own copy of libhdf5.
         reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
                std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
-        outputs_(std::int64_t(split_.output_slots) * split_.slot_bytes, false),
-        output_slots_(outputs_, split_.output_slots),
+        outputs_(split_.output_slots, split_.slot_bytes, false),
+        output_slots_(outputs_.pool()),
         writer_(output_slots_, progress) {
     buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
   }
@@ -170,7 +170,7 @@ class Batch {
            (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
                                                : std::to_string(split_.slot_bytes >> 10) + " KiB") + (pinned() ? ", page-locked" : "");
   }
-  bool pinned() const { return reads_.pinned() && outputs_.pinned(); }
+  bool pinned() const { return reads_.pinned() && outputs_.region().pinned(); }
 
   Clock::time_point deadline() const {
     return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt_.case_timeout * 1000));
@@ -359,8 +359,8 @@ class Batch {
   WindowTimes totals_;
   BudgetSplit split_;
   ReaderGroup reads_;
-  HostRegion outputs_;
-  SlotPool output_slots_;
+  SlotRegion outputs_;
+  SlotPool& output_slots_;
   WriteStage writer_;
   std::map<int, std::unique_ptr<ComputeStage>> stages_;
   std::set<std::string> hung_files_;

@@ -54,6 +54,23 @@ class SlotPool {
   std::condition_variable changed_;
 };
 
+// A region and its pool of `slots` equal slots of at least `slot_bytes`
+// (rounded up to whole pages, as the pool rounds each slot down to them): the
+// readers' input slots (shared with them) and the output slots of `run` and
+// `backward`.
+class SlotRegion {
+ public:
+  SlotRegion(int slots, std::int64_t slot_bytes, bool shared)
+      : region_(slots * ((slot_bytes + 4095) / 4096 * 4096), shared), pool_(region_, slots) {}
+  SlotPool& pool() { return pool_; }
+  const SlotPool& pool() const { return pool_; }
+  const HostRegion& region() const { return region_; }
+
+ private:
+  HostRegion region_;
+  SlotPool pool_;
+};
+
 // A slot acquired from a pool, released when the lease ends (whichever
 // thread ends it: the streamed backward hands its output slots to the writer).
 class SlotLease {

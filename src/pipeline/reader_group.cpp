@@ -12,21 +12,17 @@ ReaderGroup::ReaderGroup(std::string exe, int slots, int readers, std::int64_t s
 }
 
 void ReaderGroup::start(std::int64_t slot_bytes) {
-  // The slot pool rounds each slot down to whole pages: ask for whole pages.
-  const std::int64_t bytes = (slot_bytes + 4095) / 4096 * 4096;
-  region_ = std::make_unique<HostRegion>(slot_count_ * bytes, true);
-  slots_ = std::make_unique<SlotPool>(*region_, slot_count_);
+  slots_ = std::make_unique<SlotRegion>(slot_count_, slot_bytes, true);
   for (int i = 0; i < reader_count_; ++i)
-    readers_.push_back(std::make_unique<ReaderProcess>(exe_, region_->fd(), region_->bytes()));
+    readers_.push_back(std::make_unique<ReaderProcess>(exe_, slots_->region().fd(), slots_->region().bytes()));
 }
 
 void ReaderGroup::ensure_slot_bytes(std::int64_t slot_bytes) {
-  if (slots_->slot_bytes() >= slot_bytes) return;
+  if (slots_->pool().slot_bytes() >= slot_bytes) return;
   stop();
   replaced_busy_ = busy_seconds();
   readers_.clear();
-  slots_.reset();
-  region_.reset();  // unmapped before the larger one is made: the peak is the new one alone
+  slots_.reset();  // unmapped before the larger one is made: the peak is the new one alone
   start(slot_bytes);
 }
 

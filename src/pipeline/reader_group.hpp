@@ -24,9 +24,9 @@ class ReaderGroup {
   // readers are restarted on it). Only between cases: nothing may be in flight.
   void ensure_slot_bytes(std::int64_t slot_bytes);
 
-  SlotPool& slots() { return *slots_; }
-  std::int64_t slot_bytes() const { return slots_->slot_bytes(); }
-  bool pinned() const { return region_->pinned(); }
+  SlotPool& slots() { return slots_->pool(); }
+  std::int64_t slot_bytes() const { return slots_->pool().slot_bytes(); }
+  bool pinned() const { return slots_->region().pinned(); }
 
   std::size_t size() const { return readers_.size(); }
   ReaderProcess& reader(std::size_t i) { return *readers_[i % readers_.size()]; }
@@ -42,8 +42,7 @@ class ReaderGroup {
   void start(std::int64_t slot_bytes);
   std::string exe_;
   int slot_count_, reader_count_;
-  std::unique_ptr<HostRegion> region_;
-  std::unique_ptr<SlotPool> slots_;
+  std::unique_ptr<SlotRegion> slots_;
   std::vector<std::unique_ptr<ReaderProcess>> readers_;
   double replaced_busy_ = 0;  // of the readers of earlier regions
   std::int64_t peak_rss_ = 0;
