@@ -149,8 +149,7 @@ class Batch {
         reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
                std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
         outputs_(split_.output_slots, split_.slot_bytes, false),
-        output_slots_(outputs_.pool()),
-        writer_(output_slots_, progress) {
+        writer_(outputs_.pool(), progress) {
     buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
   }
 
@@ -287,15 +286,15 @@ class Batch {
         wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
         if (out->failed.load()) break;
         waited = Clock::now();
-        const int out_slot = output_slots_.acquire();
+        const int out_slot = outputs_.pool().acquire();
         wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
         WindowJob job{&p, &s, &windows[i], layouts[i], reads_.slots().data(static_cast<int>(i % split_.input_slots)),
-                      output_slots_.data(out_slot)};
+                      outputs_.pool().data(out_slot)};
         WindowTimes t;
         try {
           t = stage.run(job);
         } catch (...) {
-          output_slots_.release(out_slot);
+          outputs_.pool().release(out_slot);
           throw;
         }
         times += t;
@@ -359,8 +358,7 @@ class Batch {
   WindowTimes totals_;
   BudgetSplit split_;
   ReaderGroup reads_;
-  SlotRegion outputs_;
-  SlotPool& output_slots_;
+  SlotRegion outputs_;  // output slots: outputs_.pool()
   WriteStage writer_;
   std::map<int, std::unique_ptr<ComputeStage>> stages_;
   std::set<std::string> hung_files_;
