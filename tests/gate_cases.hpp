@@ -77,6 +77,23 @@ inline std::vector<double> mixed_channel_decays(const Problem& p, std::uint64_t 
   return g;
 }
 
+// At the lowest log-decay accepted (kLowestLogDecay, core/gate.hpp): channel
+// d % 3 == 2 at exactly the bound on every token (its chunk's cumulative sum
+// reaches C * kLowestLogDecay, the strongest decay over a chunk a run can
+// meet), d % 3 == 1 gentle (-0.01), d % 3 == 0 alternating from one token to
+// the next between [bound, bound / 2) and -0.01 (a gentle decay after a huge
+// one: docs/NUMERICS.md, "Per-channel decays").
+inline std::vector<double> decays_at_the_lowest_bound(const Problem& p, std::uint64_t seed) {
+  std::vector<double> g = uniform_values(channel_gate_size(p), kLowestLogDecay, 0.5 * kLowestLogDecay, seed);
+  const std::size_t dk = static_cast<std::size_t>(p.DK), row = dk * static_cast<std::size_t>(p.H);
+  for (std::size_t e = 0; e < g.size(); ++e) {
+    const std::size_t d = e % dk, token = e / row;
+    if (d % 3 == 2) g[e] = kLowestLogDecay;
+    else if (d % 3 == 1 || token % 2 == 1) g[e] = -0.01;
+  }
+  return g;
+}
+
 inline std::vector<ChannelCase> channel_cases(const Problem& p, std::uint64_t seed) {
   const std::size_t n = channel_gate_size(p);
   return {{"weak gk near -1e-4", uniform_values(n, -1.5e-4, -0.5e-4, seed)},

@@ -18,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <random>
@@ -297,6 +298,17 @@ TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
     EXPECT_EQ(v.code, 0) << v.output;
     EXPECT_TRUE(contains(v.output, std::string(gradient) + " ")) << v.output;
     EXPECT_TRUE(contains(v.output, "verify: ok")) << v.output;
+    // The gate's gradient changed (its first tenth negated): verify fails on it alone.
+    GradOutputData t = read_grad_output_file(dir / (std::string(c.name) + "-streamed") + stem);
+    Tensor& gate_gradient = per_head ? t.dg_gamma : per_channel ? t.dgk : t.dg;
+    for (std::int64_t e = 0; e < std::max<std::int64_t>(1, gate_gradient.numel() / 10); ++e)
+      gate_gradient.set(e, -gate_gradient.get(e) - 0.1);
+    const std::string tampered = dir / (std::string(c.name) + "-tampered.grad.h5");
+    write_grad_output_file(tampered, t, false);
+    const Exit bad = cli("verify '" + tampered + "'");
+    EXPECT_EQ(bad.code, 1) << bad.output;
+    EXPECT_TRUE(contains(bad.output, "ABOVE LEVEL")) << bad.output;
+    EXPECT_TRUE(contains(bad.output, "verify: FAILED")) << bad.output;
   }
 }
 

@@ -161,22 +161,24 @@ TEST(ChannelGatedBackward, TensorCoresMatchReference) {
       }
 }
 
-// As in the forward (test_channel_gated_kernels.cpp): gk of -FLT_MAX / (2 C)
-// per token, some channels gentle, gives finite gradients equal to the reference,
-// on tensor cores too.
+// As in the forward (test_channel_gated_kernels.cpp): gk at the lowest
+// log-decay a run accepts, on every token of some channels (a chunk's sum
+// C * kLowestLogDecay, chunks of 64 and 128), gives finite gradients equal to
+// the reference, on tensor cores too (chunk 64, their only one).
 TEST(ChannelGatedBackward, DecaysAtTheRangeOfFp32StayFiniteAndExact) {
-  const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 64);
-  const double strongest = -static_cast<double>(std::numeric_limits<float>::max()) / (2.0 * 64.0);
-  std::vector<double> gk = uniform_values(testing::channel_gate_size(p), strongest, 0.5 * strongest, 29600);
-  for (std::size_t e = 1; e < gk.size(); e += 3) gk[e] = -0.01;
   std::uint64_t seed = 29601;
-  std::vector<GemmPath> every = paths();
-  if (testing::kHaveTensorCores) every.push_back(GemmPath::tensor_core);
-  for (GemmPath path : every) {
-    const BackwardOutput out =
-        expect_matches(p, {"fp32's range", gk}, DType::f32, path, SnapshotMode::accumulation, false, true, ++seed);
-    for (const Tensor* t : {&out.dq, &out.dk, &out.dv, &out.dh0, &out.dg})
-      for (double x : t->to_double()) ASSERT_TRUE(std::isfinite(x));
+  for (std::int64_t chunk : {64, 128}) {
+    const Problem p = packed({1, 63, 64, 65, 130, 260}, 2, 16, 24, chunk);
+    const std::vector<double> gk = testing::decays_at_the_lowest_bound(p, 29600 + chunk);
+    std::vector<GemmPath> every = paths();
+    if (testing::kHaveTensorCores && chunk == 64) every.push_back(GemmPath::tensor_core);
+    for (GemmPath path : every) {
+      SCOPED_TRACE("chunk " + std::to_string(chunk));
+      const BackwardOutput out =
+          expect_matches(p, {"the lowest log-decays", gk}, DType::f32, path, SnapshotMode::accumulation, false, true, ++seed);
+      for (const Tensor* t : {&out.dq, &out.dk, &out.dv, &out.dh0, &out.dg})
+        for (double x : t->to_double()) ASSERT_TRUE(std::isfinite(x));
+    }
   }
 }
 

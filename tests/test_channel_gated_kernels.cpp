@@ -11,6 +11,7 @@
 // yet and bad gates are refused with the reason (the backward:
 // test_channel_gated_backward.cpp).
 #include "core/accuracy_levels.hpp"
+#include "core/gate.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
 #include "gate_cases.hpp"
@@ -94,25 +95,27 @@ TEST(ChannelGatedKernels, EveryVariantPathAndTypeMatchesReference) {
 }
 
 // The chunked scheme takes every factor as exp of a difference of cumulative
-// sums, so the only bound is fp32's range for a chunk's cumulative sum: gk of
-// -FLT_MAX / (2 C) per token (a chunk's sum -FLT_MAX / 2) gives finite
-// outputs equal to the reference, where every decayed term is exactly zero.
-// (Where a gentle decay follows a huge one in a chunk, the cumulative sum
-// absorbs it, in fp64 as in fp32: the chunked form then keeps that token's
-// state undecayed, as the chunked reference does, while the recurrence decays
-// it. docs/NUMERICS.md, "Per-channel decays".)
+// sums, so the only bound is fp32's range for a chunk's cumulative sum. Runs
+// accept log-decays down to kLowestLogDecay (core/gate.hpp): at that bound on
+// every token of a chunk of 64 and of 128 (the largest), a chunk's sum is
+// -1.28e38, and the outputs are finite and equal to the reference, where every
+// decayed term is exactly zero. (Where a gentle decay follows a huge one in a
+// chunk, the cumulative sum absorbs it, in fp64 as in fp32: the chunked form
+// then keeps that token's state undecayed, as the chunked reference does,
+// while the recurrence decays it. docs/NUMERICS.md, "Per-channel decays".)
 TEST(ChannelGatedKernels, DecaysAtTheRangeOfFp32StayFiniteAndExact) {
-  const Problem p = packed({1, 63, 64, 65, 130}, 2, 16, 24, 64);
-  const double strongest = -static_cast<double>(std::numeric_limits<float>::max()) / (2.0 * 64.0);
-  std::vector<double> gk = uniform_values(gate_size(p), strongest, 0.5 * strongest, 28100);
-  for (std::size_t e = 1; e < gk.size(); e += 3) gk[e] = -0.01;  // some channels decay gently
   std::uint64_t seed = 28101;
-  for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent})
-    for (GemmPath path : paths()) {
-      const ForwardOutput out = expect_matches(p, variant, path, DType::f32, {"fp32's range", gk}, true, ++seed);
-      for (double x : out.o.to_double()) ASSERT_TRUE(std::isfinite(x));
-      for (double x : out.final_state.to_double()) ASSERT_TRUE(std::isfinite(x));
-    }
+  for (std::int64_t chunk : {64, 128}) {
+    const Problem p = packed({1, 63, 64, 65, 130, 260}, 2, 16, 24, chunk);
+    const std::vector<double> gk = testing::decays_at_the_lowest_bound(p, 28100 + chunk);
+    for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent})
+      for (GemmPath path : paths()) {
+        SCOPED_TRACE("chunk " + std::to_string(chunk));
+        const ForwardOutput out = expect_matches(p, variant, path, DType::f32, {"the lowest log-decays", gk}, true, ++seed);
+        for (double x : out.o.to_double()) ASSERT_TRUE(std::isfinite(x));
+        for (double x : out.final_state.to_double()) ASSERT_TRUE(std::isfinite(x));
+      }
+  }
 }
 
 // Each channel decays by its own gk: running the channels' mean as one
@@ -201,6 +204,13 @@ TEST(ChannelGatedKernels, BadGatesAndPathsWithoutGkAreRefused) {
   EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("element 37"), std::string::npos);
   gk[37] = std::nan("");
   EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("element 37"), std::string::npos);
+  gk[37] = -std::numeric_limits<double>::infinity();
+  EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("element 37"), std::string::npos);
+  // Below the lowest log-decay (core/gate.hpp): finite, but a chunk's sum of such values could overflow.
+  gk[37] = 2.0 * kLowestLogDecay;
+  EXPECT_NE(message_of([&] { run_with(gk, {1, 10, 2, 4}); }).find("element 37"), std::string::npos);
+  gk[37] = kLowestLogDecay;  // the bound itself is a log-decay
+  EXPECT_NO_THROW(run_with(gk, {1, 10, 2, 4}));
   gk[37] = -0.5;
   EXPECT_NE(message_of([&] { run_with(std::vector<double>(20, -0.5), {1, 10, 2}); }).find("gk"), std::string::npos);
   EXPECT_NE(message_of([&] { run_forward(p, cfg, in.q, in.k, in.v); }).find("missing"), std::string::npos);

@@ -339,6 +339,55 @@ TEST_F(CliEndToEnd, PackedSequencesNormalizedRunVerify) {
   EXPECT_NE(wrong.code, 0) << wrong.output;
 }
 
+// --gate adds each gate's own work per N (count_gate, src/core/ledger.cpp): at
+// N = 512, C = DK = DV = 64 (8 chunks), gk multiplies 512 (C DK + 2 DK) +
+// 8 DK DV = 2.195 M times and takes 512 (C DK + 2 DK) + 8 DK = 2.163 M exps over
+// 4 * 512 * DK bytes; g and gamma multiply 512 (C + DV + DK) + 8 DK DV = 0.131 M
+// times and take 512 (C + 2) = 0.034 M exps, over 4 * 512 bytes (g) or 4 (gamma).
+// generate writes gates a run accepts: --gate-strength above 1e36 would draw
+// log-decays below the lowest one (kLowestLogDecay, core/gate.hpp), so it is refused.
+TEST_F(CliEndToEnd, GenerateKeepsGatesInTheAcceptedRange) {
+  const std::string out = dir / "strength.h5";
+  const Exit lowest = linattn_cli(dir, "generate -o '" + out + "' --shape 1,64,1,8,8 --dtype fp32 --gate gk --gate-strength 1e36");
+  ASSERT_EQ(lowest.code, 0) << lowest.output;
+  const std::string outdir = dir / "strength-out";
+  const Exit run = linattn_cli(dir, "run '" + out + "' -o '" + outdir + "'");
+  EXPECT_EQ(run.code, 0) << run.output;
+  const Exit beyond =
+      linattn_cli(dir, "generate -o '" + out + "' --shape 1,64,1,8,8 --dtype fp32 --gate gk --gate-strength 2e36 --force");
+  EXPECT_NE(beyond.code, 0) << beyond.output;
+  EXPECT_TRUE(contains(beyond.output, "--gate-strength")) << beyond.output;
+}
+
+TEST_F(CliEndToEnd, LedgerCountsEachGate) {
+  const struct {
+    const char* gate;
+    std::vector<std::string> columns;  // gate Mmul, gate Mexp, gate/ideal (not checked), gate MB
+  } cases[] = {{"gk", {"2.195", "2.163", "", "0.131"}}, {"g", {"0.131", "0.034", "", "0.002"}},
+               {"gamma", {"0.131", "0.034", "", "0.000"}}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.gate);
+    const Exit e = linattn_cli(dir, std::string("ledger --dk 64 --dv 64 --chunk 64 --seq 512 --gate ") + c.gate);
+    ASSERT_EQ(e.code, 0) << e.output;
+    EXPECT_TRUE(contains(e.output, "gate Mmul")) << e.output;
+    std::istringstream lines(e.output);
+    bool found = false;
+    for (std::string line; std::getline(lines, line);) {
+      std::istringstream words(line);
+      std::vector<std::string> cells;
+      for (std::string w; words >> w;) cells.push_back(w);
+      if (cells.empty() || cells[0] != "512") continue;
+      found = true;
+      ASSERT_EQ(cells.size(), 15u) << line;  // the 11 columns of the table without a gate, then the gate's 4
+      for (std::size_t i = 0; i < c.columns.size(); ++i)
+        if (!c.columns[i].empty()) EXPECT_EQ(cells[11 + i], c.columns[i]) << line;
+    }
+    EXPECT_TRUE(found) << e.output;
+  }
+  EXPECT_FALSE(contains(linattn_cli(dir, "ledger --seq 512").output, "gate Mmul"));
+  EXPECT_NE(linattn_cli(dir, "ledger --seq 512 --gate gx").code, 0);
+}
+
 TEST_F(CliEndToEnd, LedgerPrintsTheSeedTable) {
   const Exit e = linattn_cli(dir, "ledger --dk 64 --dv 64 --chunk 64 --seq 512,2048,8192,16384,65536");
   ASSERT_EQ(e.code, 0) << e.output;

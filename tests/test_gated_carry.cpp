@@ -5,7 +5,8 @@
 // segment decayed by that segment's tokens, gives the whole case's final state
 // to the fp32 accumulation order (fp64: its own); composed without the decay
 // it does not. A prefix's state pass is the gated forward's snapshot at that
-// chunk, bit for bit: the one-carry start of 2 ranks.
+// chunk, bit for bit: the one-carry start of 2 ranks. The scalar gates and
+// GLA's gk (each state row d decayed by its own channel's sum).
 #include "core/accuracy_levels.hpp"
 #include "core/error_metrics.hpp"
 #include "core/random_tensor.hpp"
@@ -57,14 +58,33 @@ TEST(GatedCarry, DecayStateScalesEachRowAndHead) {
   EXPECT_THROW(parallel::decay_state(s, {0.0}), std::invalid_argument);
 }
 
+TEST(GatedCarry, TotalLogDecayAndDecayStatePerKeyChannel) {
+  // gk [1, 2, 1, 2]: per (row, head, key channel) the sum over the tokens.
+  const Tensor gk = Tensor::from_double(DType::f32, {1, 2, 1, 2}, {-1, -2, -0.5, -0.25});
+  EXPECT_EQ(parallel::total_log_decay(GateKind::per_channel, gk, 1, 2, 1), (std::vector<double>{-1.5, -2.25}));
+  EXPECT_THROW(parallel::total_log_decay(GateKind::per_channel, gk, 1, 3, 1), std::invalid_argument);
+  // State [1, 1, DK 2, DV 2]: row d of the head's block by its own channel's decay.
+  Tensor s = Tensor::from_double(DType::f32, {1, 1, 2, 2}, {1, 2, 3, 4});
+  parallel::decay_state(s, {std::log(0.5), std::log(0.25)});
+  EXPECT_EQ(s.to_double(), (std::vector<double>{0.5, 1, 0.75, 1}));
+}
+
+// The scalar gates' cases, then GLA's per-channel ones (gk [B, T, H, DK]).
+std::vector<testing::GateCase> every_gate_case(const Problem& p, std::uint64_t seed) {
+  std::vector<testing::GateCase> cases = testing::gate_cases(p, seed);
+  for (const testing::ChannelCase& c : testing::channel_cases(p, seed + 10))
+    cases.push_back({"gk " + c.name, GateKind::per_channel, c.gk});
+  return cases;
+}
+
 TEST(GatedCarry, ThreeSegmentsComposeToTheWholeCasesState) {
   Problem p;
   p.B = 2; p.T = 150; p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 16; p.scale = 0.3;
   const std::int64_t cuts[] = {0, 48, 96, 150};  // chunk boundaries, as segment_plan cuts
   std::uint64_t seed = 8100;
-  for (const testing::GateCase& gc : testing::gate_cases(p, 8150))
+  for (const testing::GateCase& gc : every_gate_case(p, 8150))
     for (DType dtype : {DType::f32, DType::bf16, DType::f64}) {
-      if (gc.name.rfind("strong", 0) == 0) continue;  // forgets within a segment: the carry before it is 0 either way
+      if (gc.name.find("strong") != std::string::npos) continue;  // forgets within a segment: the carry before it is 0 either way
       SCOPED_TRACE(gc.name + " " + dtype_name(dtype));
       ForwardConfig cfg;
       cfg.gate = gc.kind;
@@ -99,7 +119,7 @@ TEST(GatedCarry, APrefixsStatePassIsTheForwardsSnapshotBitwise) {
   Problem p;
   p.B = 2; p.T = 150; p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 16; p.scale = 0.3;
   std::uint64_t seed = 8200;
-  for (const testing::GateCase& gc : testing::gate_cases(p, 8250))
+  for (const testing::GateCase& gc : every_gate_case(p, 8250))
     for (DType dtype : {DType::f32, DType::bf16}) {
       SCOPED_TRACE(gc.name + " " + dtype_name(dtype));
       ForwardConfig cfg;

@@ -5,6 +5,7 @@
 // (nor .partial) for it; leave the input byte-for-byte and mtime unchanged; and
 // still complete the good case.
 #include "app/batch_run.hpp"
+#include "core/gate.hpp"
 #include "core/half_types.hpp"
 #include "core/random_tensor.hpp"
 #include "io/input_file.hpp"
@@ -315,7 +316,7 @@ TEST_F(BadInput, PackedStatesNeedOnePerSequence) {
 
 // Gates (docs/HDF5.md, "Gates"): g, g_gamma and GLA's gk are refused when
 // their shape does not match q, when a case holds two of them, and when a
-// value is not a log-decay (positive, NaN, Inf), naming the first such index:
+// value is not a log-decay (positive, NaN, Inf, below -1e36), naming the first such index:
 // --allow-nonfinite does not cover gates.
 TEST_F(BadInput, BadGatesAreRefused) {
   auto gated = [&](const std::string& name, const std::vector<std::pair<std::string, std::vector<hsize_t>>>& gates,
@@ -333,10 +334,14 @@ TEST_F(BadInput, BadGatesAreRefused) {
   const std::string gk_and_g = gated("gate_gk_and_g", {{"g", {1, 40, 2}}, {"gk", {1, 40, 2, 8}}}, decay);
   expect_rejected(gk_and_g, "case0", gk_and_g + ": dataset 'case0/gk': ", "holds both g and gk");
   // Element (17 * 2 + 1) * 8 + 3 = [0, 17, 1, 3] of gk is the first that is not a log-decay.
-  const std::string gk_positive = gated("gate_gk_value", {{"gk", {1, 40, 2, 8}}}, [&](std::size_t i) {
-    return i == 283 ? 0.5 : decay(i);
-  });
-  expect_rejected(gk_positive, "case0", gk_positive + ": dataset 'case0/gk': ", "at [0, 17, 1, 3]");
+  for (double bad_value : {0.5, std::nan(""), static_cast<double>(INFINITY), 2.0 * kLowestLogDecay}) {
+    SCOPED_TRACE(bad_value);
+    const std::string gk_value = gated("gate_gk_value", {{"gk", {1, 40, 2, 8}}}, [&](std::size_t i) {
+      return i == 283 ? bad_value : decay(i);
+    });
+    expect_rejected(gk_value, "case0", gk_value + ": dataset 'case0/gk': ", "1 element is not a log-decay");
+    expect_rejected(gk_value, "case0", gk_value + ": dataset 'case0/gk': ", "at [0, 17, 1, 3]");
+  }
   const std::string g_shape = gated("gate_g_shape", {{"g", {1, 40, 3}}}, decay);
   expect_rejected(g_shape, "case0", g_shape + ": dataset 'case0/g': ", "shape [1, 40, 3], expected [B, T, H] = [1, 40, 2]");
   const std::string gamma_shape = gated("gate_gamma_shape", {{"g_gamma", {1, 2}}}, decay);
@@ -344,7 +349,7 @@ TEST_F(BadInput, BadGatesAreRefused) {
   const std::string both = gated("gate_both", {{"g_gamma", {2}}, {"g", {1, 40, 2}}}, decay);
   expect_rejected(both, "case0", both + ": dataset 'case0/g': ", "holds both g_gamma and g");
   // Element 2 * 17 + 1 = [0, 17, 1] is the first that is not a log-decay.
-  for (double bad_value : {0.5, std::nan(""), -static_cast<double>(INFINITY)}) {
+  for (double bad_value : {0.5, std::nan(""), -static_cast<double>(INFINITY), 2.0 * kLowestLogDecay}) {
     SCOPED_TRACE(bad_value);
     const std::string positive = gated("gate_value", {{"g", {1, 40, 2}}}, [&](std::size_t i) {
       return i == 35 || i == 60 ? bad_value : decay(i);

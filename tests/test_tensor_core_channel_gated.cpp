@@ -75,18 +75,18 @@ TEST(TensorCoreChannelGated, EveryHeadSizeTypeAndDecayMatchesReference) {
 }
 
 // Every factor is exp of a difference of cumulative sums (<= 0), so the only
-// bound is fp32's range for a chunk's sum: gk of -FLT_MAX / (2 * 64) per token
-// (a chunk's sum -FLT_MAX / 2) gives finite outputs equal to the reference.
+// bound is fp32's range for a chunk's sum, here in log2 units (|b| log2(e) <
+// FLT_MAX). gk at the lowest log-decay a run accepts on every token of some
+// channels (a chunk's sum 64 * kLowestLogDecay = -6.4e37, 9.2e37 in log2
+// units; decays_at_the_lowest_bound) gives finite outputs equal to the reference.
 TEST(TensorCoreChannelGated, DecaysAtTheRangeOfFp32StayFiniteAndExact) {
   if (!kHaveTensorCores) GTEST_SKIP() << "no tensor-core kernel in this build";
-  const Problem p = testing::packed_problem({1, 63, 64, 65, 130}, 2, 64, 48);
-  const double strongest = -static_cast<double>(std::numeric_limits<float>::max()) / (2.0 * 64.0);
-  std::vector<double> gk = testing::uniform_values(testing::channel_gate_size(p), strongest, 0.5 * strongest, 28800);
-  for (std::size_t e = 1; e < gk.size(); e += 3) gk[e] = -0.01;  // some channels decay gently
+  const Problem p = testing::packed_problem({1, 63, 64, 65, 130, 260}, 2, 64, 48);
+  const std::vector<double> gk = testing::decays_at_the_lowest_bound(p, 28800);
   std::uint64_t seed = 28801;
   for (DType dtype : {DType::f32, DType::bf16}) {
     const ForwardOutput out =
-        expect_tensor_core_channel_gated(p, {"fp32's range", gk}, dtype, true, SnapshotMode::accumulation, true, ++seed);
+        expect_tensor_core_channel_gated(p, {"the lowest log-decays", gk}, dtype, true, SnapshotMode::accumulation, true, ++seed);
     for (double x : out.o.to_double()) ASSERT_TRUE(std::isfinite(x));
     for (double x : out.final_state.to_double()) ASSERT_TRUE(std::isfinite(x));
   }

@@ -4,6 +4,7 @@
 #include "app/command.hpp"
 #include "app/integer_list.hpp"
 #include "app/report.hpp"
+#include "core/gate.hpp"
 #include "core/random_tensor.hpp"
 #include "io/file_error.hpp"
 #include "io/grad_input_file.hpp"
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 
 namespace linattn {
@@ -146,8 +148,8 @@ Command add_generate_command(CLI::App& parent) {
       ->excludes("--grad");
   cmd->add_option("--gate-strength", o->gate_strength,
                   "With --gate: log-decays uniform in [-S, 0) instead (for gamma too); large S forgets within a few "
-                  "tokens, small S is close to no decay")
-      ->check(CLI::PositiveNumber)
+                  "tokens, small S is close to no decay (at most 1e36, the lowest log-decay a run accepts)")
+      ->check(CLI::Range(std::numeric_limits<double>::min(), -kLowestLogDecay))
       ->needs(gate);
   cmd->add_flag("--compress", o->compress, "gzip the datasets");
   cmd->add_flag("--force", o->force, "Replace an existing file");

@@ -54,12 +54,26 @@ inline std::vector<double> retnet_log_gammas(std::int64_t H) {
   return g;
 }
 
-// The index of the first value that is not a finite log-decay <= 0 (NaN,
-// Inf, positive), or -1: the one check every reader of a gate makes.
+// The lowest log-decay accepted. exp of it is 0 in every float type, so a
+// lower value decays no more; and it keeps a chunk's cumulative sum of 128
+// log-decays (-1.28e38, 1.85e38 in the log2 units of the tensor-core kernels)
+// inside fp32's range, which is the one bound of the chunked forms
+// (docs/NUMERICS.md, "Per-channel decays").
+constexpr double kLowestLogDecay = -1e36;
+
+// A log-decay the kernels take: in [kLowestLogDecay, 0] (false for NaN and Inf).
+template <class T>
+bool is_log_decay(T g) {
+  const double x = static_cast<double>(g);
+  return x <= 0.0 && x >= kLowestLogDecay;
+}
+
+// The index of the first value that is not a log-decay (positive, NaN, Inf,
+// below kLowestLogDecay), or -1: the one check every reader of a gate makes.
 template <class T>
 std::int64_t first_bad_log_decay(const T* g, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i)
-    if (!(g[i] <= T(0)) || !std::isfinite(g[i])) return i;
+    if (!is_log_decay(g[i])) return i;
   return -1;
 }
 inline std::int64_t first_bad_log_decay(const std::vector<double>& g) {

@@ -275,11 +275,11 @@ void check_log_decays(const void* data, DType dtype, const std::vector<std::int6
   for (std::int64_t i = 0; i < n; ++i) g[i] = element_as_double(static_cast<const unsigned char*>(data) + i * size, dtype);
   const std::int64_t first = first_bad_log_decay(g);  // the one rule (core/gate.hpp)
   if (first < 0) return;
-  const std::int64_t bad = std::count_if(g.begin(), g.end(), [](double e) { return !(e <= 0.0) || !std::isfinite(e); });
+  const std::int64_t bad = std::count_if(g.begin(), g.end(), [](double e) { return !is_log_decay(e); });
   const double x = g[static_cast<std::size_t>(first)];
   throw FileError(file, path,
                   std::to_string(bad) + " element" + (bad > 1 ? "s are not log-decays" : " is not a log-decay") +
-                      " (finite, <= 0)" + (window.empty() ? "" : " " + window) + ", the first " +
+                      " (finite, <= 0 and >= -1e36)" + (window.empty() ? "" : " " + window) + ", the first " +
                       (std::isnan(x) ? std::string("NaN") : std::isinf(x) ? (x > 0 ? "+Inf" : "-Inf") : std::to_string(x)) +
                       " at " + shape_string(dataset_index(first, shape, origin)) +
                       " (a gate holds log(decay): logsigmoid of the gate logits)");

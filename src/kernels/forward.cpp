@@ -100,7 +100,7 @@ void check_gate(const Problem& p, GateKind kind, const TensorSpan* gate) {
   if (bad >= 0)
     throw std::invalid_argument(std::string("gate '") + name + "' element " + std::to_string(bad) + " is " +
                                 std::to_string(element_as_double(gate->dtype, gate->bytes, bad)) +
-                                ": log-decays must be finite and <= 0");
+                                ": log-decays must be finite, <= 0 and >= -1e36");
 }
 
 ForwardOutput run_forward(const Problem& p, const ForwardConfig& config, const Tensor& q, const Tensor& k,

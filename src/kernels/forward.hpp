@@ -67,7 +67,7 @@ void check_initial_rows(const Problem& p, const ForwardConfig& config, const Ten
                         const Tensor* initial_z);
 
 // The gate's checks: present exactly when `kind` says so, of gate_shape(p,
-// kind), every value finite and <= 0 (std::invalid_argument naming the first
+// kind), every value a log-decay (is_log_decay, core/gate.hpp; std::invalid_argument naming the first
 // offending index otherwise). run_forward and run_backward both check with it
 // (a gate with normalize is check_forward's refusal).
 void check_gate(const Problem& p, GateKind kind, const Tensor* gate);
