@@ -375,8 +375,8 @@ TEST(PathChoice, GatesRunOnTeamPolicyRegisterAndTensorCoreKernels) {
   EXPECT_EQ(path_of(g), GemmPath::kokkos_kernels);
 }
 
-// GLA's gk: tensor cores over whole sequences (the segment sums have no
-// per-channel decay); the register-blocked kernels do not take it yet.
+// GLA's gk: tensor cores over whole or split sequences (the segment sums
+// carry its per-channel decays); the register-blocked kernels do not take it yet.
 TEST(PathChoice, ChannelGateRunsOnTensorCoresWholeOrSplit) {
   PathFacts f = on_cuda();
   f.gated = true;
