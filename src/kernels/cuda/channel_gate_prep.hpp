@@ -59,6 +59,9 @@ namespace detail {
 struct ChannelGateOperands {
   const float* scores;
   const float* decay;
+  // Split sequences: each segment's decay per key channel, exp(sum of gk over
+  // its tokens) ([segment rows, DK], segment_sums.hpp); null for whole sequences.
+  const float* seg_decay = nullptr;
 };
 
 __device__ inline float to_float(float x) { return x; }

@@ -363,9 +363,12 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
                            : 0.0f;
       }
   for (int j = 0; j < work.seg; ++j) {  // plus the sums of the segments before this one
-    // Gated: the state decays through segment j first (S = exp(G_j) S + its sum, as a chunk's update).
+    // Gated: the state decays through segment j first (S = exp(G_j) S + its sum, as a chunk's update);
+    // gk: each state row by its own channel's decay over segment j.
     [[maybe_unused]] float decay = 1.0f;
     if constexpr (kGated) decay = exp2f(gp.seg_log2_decay[std::size_t(work.sum_row0) + std::size_t(j) * H]);
+    [[maybe_unused]] const float* row_decays =
+        kChannel ? cp.seg_decay + (std::size_t(work.sum_row0) + std::size_t(j) * H) * dk : nullptr;
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
@@ -376,6 +379,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           if (!kPad || (row < dk && cg + col < n_cols)) {
             const float x = args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * dk + row) * DV + v0 + cg + col];
             if constexpr (kGated) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], decay, x);
+            else if constexpr (kChannel) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], __ldg(row_decays + row), x);
             else s[mt][nt][e] += x;
           }
         }
