@@ -25,6 +25,7 @@
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
 
 #include <cuda_bf16.h>
@@ -94,7 +95,6 @@ template <int kThreads, class E, class Extra>
 __device__ inline void load_channel_slice(const float* gk, const E* q, const E* k, std::size_t token0, int len,
                                           std::size_t row_stride, std::size_t head_off, int d0, int dk, float* b_s,
                                           float* q_s, float* k_s, float* part_s, Extra&& extra) {
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int S = 32, P = S + 1, kParts = kThreads / S, kRows = kChunk / kParts;
   const int d = threadIdx.x % S, part = threadIdx.x / S;
   const bool channel = d0 + d < dk;

@@ -7,6 +7,7 @@
 // fused kernel's state does.
 #pragma once
 
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/mma_primitives.hpp"
 
 #include <cuda_runtime.h>
@@ -53,7 +54,6 @@ __device__ inline void copy_chunk_gate(float* dst, const GatePointers& gp, std::
 // scan over the lanes' pairs (exp(x) = exp2(x log2 e)): every exponent is a
 // difference of these sums, so <= 0 up to their rounding. Returns b_L log2(e).
 __device__ inline float make_chunk_decay(const float* g, int last, int lane, float* d) {
-  constexpr float kLog2e = 1.4426950408889634f;
   const float x0 = g[2 * lane] * kLog2e, x1 = g[2 * lane + 1] * kLog2e;  // the lane's own copies
   float incl = x0 + x1;
   #pragma unroll
