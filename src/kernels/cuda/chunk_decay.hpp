@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace linattn::cuda {
 namespace detail {
@@ -26,6 +27,17 @@ struct GatePointers {
   // read by the fused kernel when it adds the earlier segments' sums).
   float* seg_log2_decay;
 };
+
+// A kernel's optional gate argument (its pack `Gate... gate`: empty, a
+// GatePointers, or a gk kernel's operands) as type G: the argument where it is
+// a G, else G{} (null pointers), so that each instantiation reads only its own gate.
+template <class G>
+__device__ inline G gate_as() { return {}; }
+template <class G, class Arg>
+__device__ inline G gate_as(Arg arg) {
+  if constexpr (std::is_same<G, Arg>::value) return arg;
+  else return {};
+}
 
 // A chunk's decay in shared memory (GateRows floats), in log2 units:
 // [0, 64) b_i log2(e), [64, 128) exp(b_i), [128, 192) exp(b_L - b_i), [192] exp(b_L).

@@ -44,12 +44,6 @@ struct ChannelSumOperands {
   const float* decay;
   float* seg_decay;
 };
-__device__ inline GatePointers sum_scalar_gate() { return {}; }
-__device__ inline GatePointers sum_scalar_gate(GatePointers g) { return g; }
-__device__ inline GatePointers sum_scalar_gate(ChannelSumOperands) { return {}; }
-__device__ inline ChannelSumOperands sum_channel_gate() { return {}; }
-__device__ inline ChannelSumOperands sum_channel_gate(GatePointers) { return {}; }
-__device__ inline ChannelSumOperands sum_channel_gate(ChannelSumOperands c) { return c; }
 
 template <class E>
 constexpr int kSumStages = sizeof(E) == 2 ? 4 : 2;
@@ -71,8 +65,8 @@ __global__ void __launch_bounds__(4 * BV)
   constexpr bool kChannel = (std::is_same<Gate, ChannelSumOperands>::value || ...);
   constexpr bool kGated = sizeof...(Gate) == 1 && !kChannel;  // a scalar gate
   static_assert(!((kGated || kChannel) && kNormalize), "normalization with a gate is refused by the launcher");
-  [[maybe_unused]] const GatePointers gp = sum_scalar_gate(gate...);         // level 1 and gk: none
-  [[maybe_unused]] const ChannelSumOperands cs = sum_channel_gate(gate...);  // gk's chunk decays
+  [[maybe_unused]] const GatePointers gp = gate_as<GatePointers>(gate...);               // level 1 and gk: none
+  [[maybe_unused]] const ChannelSumOperands cs = gate_as<ChannelSumOperands>(gate...);  // gk's chunk decays
   using L = SumLayout<E, DK, BV, kGated>;
   static_assert(L::bytes <= 232448, "the block's shared memory");
   constexpr int kStages = kSumStages<E>;
