@@ -121,7 +121,8 @@ BackwardOutput expect_matches(const Problem& p, const ChannelCase& g, DType dtyp
 
 TEST(ChannelGatedBackward, EveryPathTypeAndDecayMatchesReference) {
   const Problem problems[] = {problem(2, 150, 2, 16, 24, 64), packed({1, 63, 64, 65, 300}, 2, 8, 12, 64),
-                              problem(1, 70, 3, 12, 8, 16), packed({1, 63, 64, 65, 300}, 1, 10, 6, 32)};
+                              problem(1, 70, 3, 12, 8, 16), packed({1, 63, 64, 65, 300}, 1, 10, 6, 32),
+                              packed({1, 63, 64, 65, 300}, 1, 12, 8, 16)};
   std::uint64_t seed = 29000;
   for (const Problem& p : problems)
     for (const ChannelCase& g : channel_cases(p, seed += 10))
