@@ -6,11 +6,13 @@
 // bandwidth of the same run (the floor counts gk's fp32 bytes), and o's
 // relative L2 on the (b = 0, h = 0) slice (its first 512 tokens) against an
 // fp64 recurrence. bf16 inputs, o and h; gk uniform in [-strength, 0).
+// Where the launcher splits the sequences (or `segments` > 1 asks it to), the
+// whole-sequence walk is timed too and o of the two compared in full.
 // The numbers that count come from `linattn bench --gate gk` and
 // bench/compare_fla.py --gate gk.
 //
 //   nvcc -std=c++17 -O3 -arch=sm_90a -Isrc -Ibench bench/channel_gate_bench.cu -o gk_bench
-//   ./gk_bench B T H DK DV [reps] [strength] [block_dv]
+//   ./gk_bench B T H DK DV [reps] [strength] [block_dv] [segments]
 #include "kernels/cuda/fused_tensor_core.hpp"
 
 #include "cuda_bench_support.hpp"
@@ -26,7 +28,7 @@ using bf16 = __nv_bfloat16;
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: %s B T H DK DV [reps] [strength] [block_dv]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s B T H DK DV [reps] [strength] [block_dv] [segments]\n", argv[0]);
     return 2;
   }
   const int B = std::atoi(argv[1]), T = std::atoi(argv[2]), H = std::atoi(argv[3]), DK = std::atoi(argv[4]),
@@ -34,6 +36,7 @@ int main(int argc, char** argv) {
   const int reps = argc > 6 ? std::atoi(argv[6]) : 20;
   const float strength = argc > 7 ? float(std::atof(argv[7])) : 1.0f;
   const int block_dv = argc > 8 ? std::atoi(argv[8]) : 0;  // 0: as the launcher chooses
+  const int segments = argc > 9 ? std::atoi(argv[9]) : 0;  // 0: as the launcher chooses
   const int NT = (T + 63) / 64;
   const std::size_t nq = std::size_t(B) * T * H * DK, nv = std::size_t(B) * T * H * DV;
   const std::size_t nh = std::size_t(B) * NT * H * DK * DV, ns = std::size_t(B) * H * DK * DV;
@@ -68,7 +71,7 @@ int main(int argc, char** argv) {
   const double prep_bytes = 2.0 * 4 * nq + 4.0 * nq + 4.0 * B * T * H * 64;  // q, k in, qg, kg out, gk, scores
 
   linattn::cuda::FusedTensorCorePlan plan{};
-  auto forward = [&] { plan = linattn::cuda::run_fused_tensor_core<bf16, bf16, bf16>(args, block_dv, 0, sms, 0); };
+  auto forward = [&] { plan = linattn::cuda::run_fused_tensor_core<bf16, bf16, bf16>(args, block_dv, segments, sms, 0); };
   CHECK(cudaMemset(o, 0xff, nv * 2));  // poison
   forward();
   CHECK(cudaDeviceSynchronize());
@@ -81,6 +84,24 @@ int main(int argc, char** argv) {
   auto forward1 = [&] { (void)linattn::cuda::run_fused_tensor_core<bf16, bf16, bf16>(level1, block_dv, 0, sms, 0); };
   forward1();
   const std::vector<float> l1_ms = event_times_ms(forward1, reps);
+  // A split walk beside the whole one: time, and o of the two in full.
+  double whole_ms = 0, split_vs_whole = 0;
+  if (plan.segments > 1) {
+    auto whole = [&] { (void)linattn::cuda::run_fused_tensor_core<bf16, bf16, bf16>(args, plan.block_dv, 1, sms, 0); };
+    CHECK(cudaMemset(o, 0xff, nv * 2));
+    whole();
+    CHECK(cudaDeviceSynchronize());
+    const std::vector<bf16> ow = copy_to_host(o, nv);
+    double dn = 0, dd = 0;
+    for (std::size_t e = 0; e < nv; ++e) {
+      const double a = double(__bfloat162float(ho[e])), b = double(__bfloat162float(ow[e]));
+      dn += (a - b) * (a - b);
+      dd += b * b;
+    }
+    split_vs_whole = std::sqrt(dn / dd);
+    const std::vector<float> w_ms = event_times_ms(whole, reps);
+    whole_ms = w_ms[w_ms.size() / 2];
+  }
 
   // o of the (0, 0) slice against the fp64 recurrence S = diag(exp(gk)) S + k v^T, o = scale S^T q.
   const int Ts = T < 512 ? T : 512;
@@ -111,5 +132,8 @@ int main(int argc, char** argv) {
               B, T, H, DK, DV, strength, pm, 100.0 * prep_bytes / (pm * 1e-3) / 1e9 / copy_gbps, gm, plan.block_dv,
               100.0 * bytes / (gm * 1e-3) / 1e9 / copy_gbps, copy_gbps, bytes / copy_gbps / 1e6, lm,
               std::sqrt(num / den), finite ? "" : " NON-FINITE");
-  return finite ? 0 : 1;
+  if (plan.segments > 1)
+    std::printf("  %d segments; whole sequences %.3f ms; o split against whole, all tokens: rel L2 %.2e%s\n",
+                plan.segments, whole_ms, split_vs_whole, std::isfinite(split_vs_whole) ? "" : " NON-FINITE");
+  return finite && std::isfinite(split_vs_whole) ? 0 : 1;
 }

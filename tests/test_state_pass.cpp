@@ -155,7 +155,7 @@ TEST(StatePass, PlainBatchesGetTheTensorCoreKindGatedOrNot) {
     // On this build's own choice, too (chunk 16: never tensor cores).
     EXPECT_NE(state_pass_kind(plain, gated, DType::bf16), StatePassKind::tensor_core);
   }
-  ForwardConfig channel;  // GLA's gk: the segment sums have no per-channel decay, so the forward kind
+  ForwardConfig channel;  // GLA's gk: the tensor-core state pass does not run gk's prep, so the forward kind
   channel.gate = GateKind::per_channel;
   EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, plain, channel), StatePassKind::forward);
   EXPECT_EQ(state_pass_kind_on(GemmPath::tensor_core, packed, channel), StatePassKind::forward);

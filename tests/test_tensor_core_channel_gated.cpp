@@ -4,8 +4,9 @@
 // fp16 and fp32 inputs; o in the input type or fp32, h in bf16 or the
 // accumulation type; head sizes that fill the tiles and ones padded on chip,
 // DK != DV up to 256 x 512; plain and packed batches (lengths 1, 63, 64, 65,
-// 300) with and without initial states; decays at fp32's range; outputs
-// poisoned first, the path and the whole-sequence walk asserted: o, h and
+// 300) with and without initial states; decays at fp32's range; split
+// sequences (forced segments, whose sums carry the decay per key channel);
+// outputs poisoned first, the path and the segments asserted: o, h and
 // final_state against the fp64 chunked reference (reference/channel_gated.hpp)
 // at the levels of core/accuracy_levels.hpp. Skipped where the build has no
 // tensor cores.
@@ -29,8 +30,9 @@ namespace {
 using testing::kHaveTensorCores;
 
 ForwardOutput expect_tensor_core_channel_gated(const Problem& p, const testing::ChannelCase& g, DType dtype,
-                                               bool fp32_out, SnapshotMode snaps, bool with_state, std::uint64_t seed) {
-  ForwardConfig cfg = testing::tensor_cores(0, 0, fp32_out, snaps, false);
+                                               bool fp32_out, SnapshotMode snaps, bool with_state, std::uint64_t seed,
+                                               int segments = 0) {
+  ForwardConfig cfg = testing::tensor_cores(segments, 0, fp32_out, snaps, false);
   cfg.gate = GateKind::per_channel;
   cfg.poison_outputs = true;
   SCOPED_TRACE(g.name + " " + testing::describe(p, cfg, dtype, with_state));
@@ -39,7 +41,8 @@ ForwardOutput expect_tensor_core_channel_gated(const Problem& p, const testing::
   const ForwardOutput out =
       run_forward(p, cfg, in.q, in.k, in.v, with_state ? &in.initial_state : nullptr, nullptr, &gate);
   EXPECT_EQ(out.gemm, GemmPath::tensor_core);
-  EXPECT_EQ(out.segments, 1);  // gk walks whole sequences
+  if (segments == 0) EXPECT_EQ(out.segments, 1);  // these few chunks: whole sequences
+  else EXPECT_GT(out.segments, 1);
   const std::vector<double> q = in.q.to_double(), k = in.k.to_double(), v = in.v.to_double(),
                             s0 = in.initial_state.to_double();
   const reference::Result ref =
@@ -72,6 +75,24 @@ TEST(TensorCoreChannelGated, EveryHeadSizeTypeAndDecayMatchesReference) {
         expect_tensor_core_channel_gated(p, g, dtype, false, SnapshotMode::bf16, true, seed);
         expect_tensor_core_channel_gated(p, g, dtype, true, SnapshotMode::accumulation, false, seed);
       }
+}
+
+// Split sequences: a segment starts from the earlier segments' own states,
+// each decayed per key channel through the segments after it
+// (cuda/segment_sums.hpp), plain and packed, with initial states.
+TEST(TensorCoreChannelGated, SplitSequencesMatchReference) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "no tensor-core kernel in this build";
+  const Problem problems[] = {testing::plain_problem(2, 1100, 2, 64, 64), testing::plain_problem(1, 700, 2, 128, 96),
+                              testing::plain_problem(1, 600, 1, 256, 512),
+                              testing::packed_problem({1, 63, 640, 65, 1300}, 2, 48, 100)};
+  std::uint64_t seed = 28900;
+  for (const Problem& p : problems)
+    for (const testing::ChannelCase& g : testing::channel_cases(p, seed += 10))
+      for (DType dtype : {DType::bf16, DType::f32})
+        for (int segments : {2, 3, 5}) {
+          ++seed;
+          expect_tensor_core_channel_gated(p, g, dtype, true, SnapshotMode::accumulation, true, seed, segments);
+        }
 }
 
 // Every factor is exp of a difference of cumulative sums (<= 0), so the only

@@ -47,9 +47,6 @@ std::string tensor_core_refusal(const PathFacts& f) {
     return std::string("the tensor-core kernel needs the CUDA backend, and the kernels run on ") +
            (f.backend == Backend::host ? "the host" : "another device");
   if (f.variant != Variant::fused) return "only the fused variant has a tensor-core kernel";
-  if (f.channel_gated && f.segments > 1)
-    return "the tensor-core kernel walks sequences with a per-key-channel gate (gk) whole: segments 0 or 1, not " +
-           std::to_string(f.segments);
   if (f.input != DType::f16 && f.input != DType::bf16 && f.input != DType::f32)
     return std::string("the tensor-core kernel takes fp16, bf16 or fp32 inputs, not ") + dtype_name(f.input);
   if (!tensor_core_shape(f))

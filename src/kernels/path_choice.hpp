@@ -47,7 +47,7 @@ struct PathFacts {
   bool gated = false;
   // GLA's per-key-channel decay gk (issue 28): the TeamPolicy kernels' chunk
   // steps (kokkoskernels, hosttile), the recurrent variant and the tensor-core
-  // kernel on whole sequences take it; the register-blocked kernels do not yet.
+  // kernel (whole or split sequences) take it; the register-blocked kernels do not yet.
   bool channel_gated = false;
   // fla's normalize=True: every path takes it, but fp32 heads past DK 128
   // on tensor cores (run as two halves of their keys) do not.

@@ -25,7 +25,7 @@ StatePassKind state_pass_kind(const Problem& p, const ForwardConfig& config, DTy
 
 StatePassKind state_pass_kind_on(GemmPath path, const Problem& p, const ForwardConfig& config) {
   // Packed batches on tensor cores: the forward (the segment sums walk plain
-  // rows only); so does gk (they do not take a per-channel decay).
+  // rows only); so does gk (the tensor-core state pass does not run its prep).
   if (path == GemmPath::tensor_core)
     return p.varlen() || channel_gate(config.gate) ? StatePassKind::forward : StatePassKind::tensor_core;
   const bool tiles = path == GemmPath::host_tile || path == GemmPath::kokkos_kernels;

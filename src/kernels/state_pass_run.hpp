@@ -24,7 +24,7 @@ void run_tensor_core_state_pass(const Problem& p, const StatePassViews<In, Acc>&
   if constexpr (std::is_same<E, __nv_bfloat16>::value || std::is_same<E, __half>::value ||
                 std::is_same<E, float>::value) {
     ScopedRegion region("linattn::tensor_core_state_pass");
-    // gk takes the forward kind (state_pass_kind_on): the segment sums have no per-channel decay.
+    // gk takes the forward kind (state_pass_kind_on): this pass does not run gk's prep.
     if (views.gk.extent(0) > 0) throw std::logic_error("tensor-core state pass with a per-key-channel gate");
     cuda::FusedTensorCoreArgs args{};
     args.k = views.k.data();

@@ -28,6 +28,7 @@
 #include "kernels/cuda/backward_args.hpp"
 #include "kernels/cuda/channel_gate_prep.hpp"
 #include "kernels/cuda/gate_gradient.hpp"
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
 
 #include <cstddef>
@@ -61,6 +62,10 @@ struct ChannelGradientLayout {
 __device__ inline int key_rows_of(int I) { return I == 1 ? 0 : I == 2 ? 16 : 48; }
 __device__ inline int query_rows_of(int J) { return J == 0 ? 0 : J == 1 ? 48 : 80; }
 
+// v[i] for a warp-uniform i < 4 by selects: v stays in registers (an indexed
+// read of a local array would put it in local memory).
+__device__ inline float select4(const float (&v)[4], int i) { return i == 0 ? v[0] : i == 1 ? v[1] : i == 2 ? v[2] : v[3]; }
+
 __device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
 // grid: (chunks, H), 8 warps. Lane: channel d0 + lane of each slice. Warp w < 4
@@ -74,7 +79,6 @@ __global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradi
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using M = float;
   using L = ChannelGradientLayout<M>;
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int S = kChannelGradientSlice, P = kChannelGradientPad, PS = L::p_stride, OS = L::op_stride;
   static_assert(kChannelGradientThreads == 8 * 32 && S == 32, "a warp per sub-chunk and role, a lane per channel");
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -150,7 +154,7 @@ __global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradi
     end[0] = total_s[lane];
     #pragma unroll
     for (int J = 1; J < 4; ++J) end[J] = end[J - 1] + total_s[J * S + lane];
-    const float before = I == 0 ? 0.0f : I == 1 ? end[0] : I == 2 ? end[1] : end[2];
+    const float before = I == 0 ? 0.0f : select4(end, I - 1);
     #pragma unroll
     for (int t = 0; t < 16; ++t) b[t] += before;
     // The off-diagonal operands: this sub-chunk's keys decayed to the end of
@@ -158,14 +162,14 @@ __global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradi
     // to the end of each earlier key sub-chunk (dk warps).
     if (dq_role) {
       for (int Iq = I + 1; Iq < 4; ++Iq) {
-        const float ref = Iq == 1 ? end[0] : Iq == 2 ? end[1] : end[2];
+        const float ref = select4(end, Iq - 1);
         M* dst = kr_m + (key_rows_of(Iq) + t0) * OS + lane;
         #pragma unroll
         for (int t = 0; t < 16; ++t) dst[t * OS] = k[t] * exp2_nonpositive(ref - b[t]);
       }
     } else {
       for (int Jk = 0; Jk < I; ++Jk) {
-        const float ref = Jk == 0 ? end[0] : Jk == 1 ? end[1] : end[2];
+        const float ref = select4(end, Jk);
         M* dst = qr_m + (query_rows_of(Jk) + t0 - kSubChunk * (Jk + 1)) * OS + lane;
         #pragma unroll
         for (int t = 0; t < 16; ++t) dst[t * OS] = q[t] * exp2_nonpositive(b[t] - ref);
@@ -246,7 +250,7 @@ __global__ void __launch_bounds__(kChannelGradientThreads, 2) channel_gate_gradi
       // dk_j = 2^(b_L - b_j) dk_state_j + 2^(end[J] - b_j) off_j + the
       // diagonal block: queries of later 4-blocks through the last token of
       // j's 4-block, the rest one exp a term. D's terms: k_j 2^(b_L - b_j) dk_state_j.
-      const float own_end = I == 0 ? end[0] : I == 1 ? end[1] : end[2];  // I < 3 where used
+      const float own_end = select4(end, I);  // I < 3 where used
       float dkv[16], dterm = 0.0f;
       #pragma unroll
       for (int t = 0; t < 16; ++t) {

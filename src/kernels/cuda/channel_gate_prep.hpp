@@ -25,6 +25,7 @@
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/warp_tiles.hpp"
 
 #include <cuda_bf16.h>
@@ -59,6 +60,9 @@ namespace detail {
 struct ChannelGateOperands {
   const float* scores;
   const float* decay;
+  // Split sequences: each segment's decay per key channel, exp(sum of gk over
+  // its tokens) ([segment rows, DK], segment_sums.hpp); null for whole sequences.
+  const float* seg_decay = nullptr;
 };
 
 __device__ inline float to_float(float x) { return x; }
@@ -91,7 +95,6 @@ template <int kThreads, class E, class Extra>
 __device__ inline void load_channel_slice(const float* gk, const E* q, const E* k, std::size_t token0, int len,
                                           std::size_t row_stride, std::size_t head_off, int d0, int dk, float* b_s,
                                           float* q_s, float* k_s, float* part_s, Extra&& extra) {
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int S = 32, P = S + 1, kParts = kThreads / S, kRows = kChunk / kParts;
   const int d = threadIdx.x % S, part = threadIdx.x / S;
   const bool channel = d0 + d < dk;

@@ -7,11 +7,13 @@
 // fused kernel's state does.
 #pragma once
 
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/mma_primitives.hpp"
 
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <type_traits>
 
 namespace linattn::cuda {
 namespace detail {
@@ -25,6 +27,17 @@ struct GatePointers {
   // read by the fused kernel when it adds the earlier segments' sums).
   float* seg_log2_decay;
 };
+
+// A kernel's optional gate argument (its pack `Gate... gate`: empty, a
+// GatePointers, or a gk kernel's operands) as type G: the argument where it is
+// a G, else G{} (null pointers), so that each instantiation reads only its own gate.
+template <class G>
+__device__ inline G gate_as() { return {}; }
+template <class G, class Arg>
+__device__ inline G gate_as(Arg arg) {
+  if constexpr (std::is_same<G, Arg>::value) return arg;
+  else return {};
+}
 
 // A chunk's decay in shared memory (GateRows floats), in log2 units:
 // [0, 64) b_i log2(e), [64, 128) exp(b_i), [128, 192) exp(b_L - b_i), [192] exp(b_L).
@@ -53,7 +66,6 @@ __device__ inline void copy_chunk_gate(float* dst, const GatePointers& gp, std::
 // scan over the lanes' pairs (exp(x) = exp2(x log2 e)): every exponent is a
 // difference of these sums, so <= 0 up to their rounding. Returns b_L log2(e).
 __device__ inline float make_chunk_decay(const float* g, int last, int lane, float* d) {
-  constexpr float kLog2e = 1.4426950408889634f;
   const float x0 = g[2 * lane] * kLog2e, x1 = g[2 * lane + 1] * kLog2e;  // the lane's own copies
   float incl = x0 + x1;
   #pragma unroll

@@ -111,8 +111,9 @@ FusedTensorCorePlan run_fp32_key_halves(const FusedTensorCoreArgs& args, int blo
 // segment sums are then each segment's own decayed state, and its decay
 // (segment_sums.hpp), which the fused kernel applies as it adds them.
 // args.gk (GLA's per-key-channel decay) runs channel_gate_prep.hpp's pass
-// first and the fused kernel's channel instantiation on what it prepares,
-// over whole sequences (segments 0 or 1).
+// first and the fused kernel's channel instantiation on what it prepares; a
+// split sequence's segment sums are then each segment's own decayed state and
+// its decay per key channel, which the fused kernel applies row by row.
 // Which problems come here is choose_path's rule (kernels/path_choice.cpp);
 // the checks below only guard the launcher against other callers.
 template <class E, class OutT, class SnapT>
@@ -132,10 +133,6 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     if (int(args.g != nullptr) + int(args.g_gamma != nullptr) + int(channel) > 1)
       throw std::invalid_argument("tensor-core fused: a gate is g, g_gamma or gk, not several");
     if (normalize) throw std::invalid_argument("tensor-core fused: normalize with a gate is not supported");
-  }
-  if (channel) {  // the segment sums do not take gk
-    if (segments > 1) throw std::invalid_argument("tensor-core fused: gk walks whole sequences (segments 0 or 1)");
-    segments = 1;
   }
   const int NT = (args.T + detail::kChunk - 1) / detail::kChunk;
   PackedSchedule schedule;
@@ -196,6 +193,8 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
   args.seg_zsums = nullptr;
   args.work = nullptr;
   const std::size_t state_elems = std::size_t(args.DK) * args.DV;
+  // Segment decays: one log2 decay per row for a scalar gate, one decay per key channel for gk.
+  auto segment_decay_floats = [&](std::size_t rows) { return gated ? rows : channel ? rows * args.DK : 0; };
   const int sum_bv = widest_block_dv(args.DK, args.DV);
   // gk: the prepared operands, and the fused kernel reads the decayed Q and K.
   std::unique_ptr<ChannelGateBuffers> prepared;
@@ -218,14 +217,15 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     const std::size_t rows = std::size_t(schedule.sum_rows) * args.H;
     StreamBuffer sums(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     StreamBuffer zsums(normalize ? rows * args.DK * sizeof(float) : 0, stream, "tensor-core fused: segment key sums");
-    StreamBuffer decays(gated ? rows * sizeof(float) : 0, stream, "tensor-core fused: segment decays");
+    StreamBuffer decays(segment_decay_floats(rows) * sizeof(float), stream, "tensor-core fused: segment decays");
+    channel_ops.seg_decay = decays.as<float>();
     if (n_sums > 0) {
       args.work = work.as<TensorCoreWork>() + n_walks;
       with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
         detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                    decltype(pad)::value, decltype(gate)::value == 1>(
+                                    decltype(pad)::value, decltype(gate)::value>(
             args, dim3(dv_blocks(args.DV, sum_bv) * args.H * n_sums), sums.as<float>(), zsums.as<float>(), stream,
-            decays.as<float>());
+            decays.as<float>(), channel_ops.decay);
       });
     }
     args.work = work.as<TensorCoreWork>();
@@ -249,12 +249,14 @@ FusedTensorCorePlan run_fused_tensor_core(FusedTensorCoreArgs args, int block_dv
     sums = std::make_unique<StreamBuffer>(rows * state_elems * sizeof(float), stream, "tensor-core fused: segment states");
     zsums = std::make_unique<StreamBuffer>(normalize ? rows * args.DK * sizeof(float) : 0, stream,
                                            "tensor-core fused: segment key sums");
-    decays = std::make_unique<StreamBuffer>(gated ? rows * sizeof(float) : 0, stream, "tensor-core fused: segment decays");
+    decays = std::make_unique<StreamBuffer>(segment_decay_floats(rows) * sizeof(float), stream,
+                                            "tensor-core fused: segment decays");
+    channel_ops.seg_decay = decays->as<float>();
     with_shape(sum_bv, [&](auto dk, auto bv, auto norm, auto gate, auto pad) {
       detail::launch_segment_sums<E, decltype(dk)::value, decltype(bv)::value, decltype(norm)::value,
-                                  decltype(pad)::value, decltype(gate)::value == 1>(
+                                  decltype(pad)::value, decltype(gate)::value>(
           args, dim3(dv_blocks(args.DV, sum_bv), segments, args.B * args.H), sums->as<float>(), zsums->as<float>(),
-          stream, decays->as<float>());
+          stream, decays->as<float>(), channel_ops.decay);
     });
     args.seg_sums = sums->as<float>();
     args.seg_zsums = zsums->as<float>();

@@ -178,15 +178,6 @@ __device__ inline void decay_key_tile(E* kt, E* lo_tile, int stride, const float
   }
 }
 
-// The gated kernels' second parameter: a scalar gate's pointers, or GLA's gk
-// as the prepared operands (the channel instantiation).
-__device__ inline GatePointers scalar_gate() { return {}; }
-__device__ inline GatePointers scalar_gate(GatePointers g) { return g; }
-__device__ inline GatePointers scalar_gate(ChannelGateOperands) { return {}; }
-__device__ inline ChannelGateOperands channel_gate() { return {}; }
-__device__ inline ChannelGateOperands channel_gate(GatePointers) { return {}; }
-__device__ inline ChannelGateOperands channel_gate(ChannelGateOperands c) { return c; }
-
 template <class E, int DK, int BV, class OutT, bool StagedSnapshot, bool Normalize, bool Gated = false,
           bool Channel = false>
 struct Layout {
@@ -235,8 +226,10 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
   constexpr bool kChannel = (std::is_same<Gate, ChannelGateOperands>::value || ...);
   constexpr bool kGated = sizeof...(Gate) == 1 && !kChannel;  // a scalar gate (g or g_gamma)
   static_assert(!((kGated || kChannel) && kNormalize), "normalization with a gate is refused by the launcher");
-  [[maybe_unused]] const GatePointers gp = scalar_gate(gate...);       // level 1 and gk: none
-  [[maybe_unused]] const ChannelGateOperands cp = channel_gate(gate...);  // gk's prepared operands
+  // The gated kernels' second parameter: a scalar gate's pointers, or GLA's gk
+  // as the prepared operands (the channel instantiation); level 1 has none.
+  [[maybe_unused]] const GatePointers gp = gate_as<GatePointers>(gate...);                // level 1 and gk: none
+  [[maybe_unused]] const ChannelGateOperands cp = gate_as<ChannelGateOperands>(gate...);  // gk's prepared operands
   constexpr bool kStaged = kStageSnapshot<E, OutT, SnapT>;
   constexpr bool kSplit = kSplitState<E, OutT>;
   constexpr bool kF32 = kFp32Tiles<E>;
@@ -363,9 +356,12 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
                            : 0.0f;
       }
   for (int j = 0; j < work.seg; ++j) {  // plus the sums of the segments before this one
-    // Gated: the state decays through segment j first (S = exp(G_j) S + its sum, as a chunk's update).
+    // Gated: the state decays through segment j first (S = exp(G_j) S + its sum, as a chunk's update);
+    // gk: each state row by its own channel's decay over segment j.
     [[maybe_unused]] float decay = 1.0f;
     if constexpr (kGated) decay = exp2f(gp.seg_log2_decay[std::size_t(work.sum_row0) + std::size_t(j) * H]);
+    [[maybe_unused]] const float* row_decays =
+        kChannel ? cp.seg_decay + (std::size_t(work.sum_row0) + std::size_t(j) * H) * dk : nullptr;
     #pragma unroll
     for (int mt = 0; mt < kSMTiles; ++mt)
       #pragma unroll
@@ -376,6 +372,7 @@ __global__ void __launch_bounds__(kFusedThreads<E, DK, BV>)
           if (!kPad || (row < dk && cg + col < n_cols)) {
             const float x = args.seg_sums[((std::size_t(work.sum_row0) + std::size_t(j) * H) * dk + row) * DV + v0 + cg + col];
             if constexpr (kGated) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], decay, x);
+            else if constexpr (kChannel) s[mt][nt][e] = __fmaf_rn(s[mt][nt][e], __ldg(row_decays + row), x);
             else s[mt][nt][e] += x;
           }
         }

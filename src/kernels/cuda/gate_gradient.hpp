@@ -12,6 +12,7 @@
 #pragma once
 
 #include "kernels/cuda/backward_args.hpp"
+#include "kernels/cuda/log2_units.hpp"
 #include "kernels/cuda/mma_primitives.hpp"
 
 #include <cstddef>
@@ -19,7 +20,6 @@
 
 namespace linattn::cuda::detail {
 
-constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kLogDecayThreads = 128;  // 4 warps: one (chunk, head) each
 
 // grid: chunks * H / 4 rounded up; warp w of block x takes (chunk, head) number 4x + w.

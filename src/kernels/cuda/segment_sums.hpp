@@ -34,6 +34,17 @@ namespace detail {
 // chunk_decay.hpp's factors), and its decay log2(e) * sum(g) goes to
 // seg_log2_decay[row]. Every warp makes the chunk's factors itself, in a
 // buffer of its own, so that no barrier more is needed.
+// gk (GLA's per-key-channel gate): args.k holds the prepared keys k exp(b_L - b)
+// (channel_gate_prep.hpp), each chunk's update is S = diag(exp(b_L)) S + their
+// K^T V with exp(b_L) read from `decay` [chunks, H, DK] (the fused kernel's own
+// factors, so a split walk multiplies what the whole walk does), and each
+// segment's decay per channel, the product of its chunks', goes to
+// seg_decay[row][DK].
+struct ChannelSumOperands {
+  const float* decay;
+  float* seg_decay;
+};
+
 template <class E>
 constexpr int kSumStages = sizeof(E) == 2 ? 4 : 2;
 template <class E, int DK, int BV, bool kGated = false>
@@ -51,9 +62,11 @@ template <class E, int DK, int BV, bool kNormalize, bool kPad, class... Gate>
 __global__ void __launch_bounds__(4 * BV)
     segment_sum_kernel(FusedTensorCoreKernelArgs args, float* sums, float* zsums, Gate... gate) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  constexpr bool kGated = sizeof...(Gate) == 1;
-  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
-  [[maybe_unused]] const GatePointers gp{gate...};  // level 1: none
+  constexpr bool kChannel = (std::is_same<Gate, ChannelSumOperands>::value || ...);
+  constexpr bool kGated = sizeof...(Gate) == 1 && !kChannel;  // a scalar gate
+  static_assert(!((kGated || kChannel) && kNormalize), "normalization with a gate is refused by the launcher");
+  [[maybe_unused]] const GatePointers gp = gate_as<GatePointers>(gate...);               // level 1 and gk: none
+  [[maybe_unused]] const ChannelSumOperands cs = gate_as<ChannelSumOperands>(gate...);  // gk's chunk decays
   using L = SumLayout<E, DK, BV, kGated>;
   static_assert(L::bytes <= 232448, "the block's shared memory");
   constexpr int kStages = kSumStages<E>;
@@ -67,7 +80,7 @@ __global__ void __launch_bounds__(4 * BV)
   const int g = lane >> 2, t4 = lane & 3;
   const int H = args.H, DV = args.DV;
   int T, hh, v0, c_begin, c_end;
-  std::size_t token0, row;  // the sequence's first token; the output row
+  std::size_t token0, row, h_chunk0;  // the sequence's first token; the output row; its first chunk in h
   if (args.work) {
     const int nbv = (DV + BV - 1) / BV, rest = blockIdx.x / nbv;
     const TensorCoreWork item = args.work[rest / H];
@@ -78,6 +91,7 @@ __global__ void __launch_bounds__(4 * BV)
     c_begin = item.c_begin;
     c_end = item.c_end;
     row = (std::size_t(item.sum_base) + item.seg) * H + hh;
+    h_chunk0 = std::size_t(item.h_chunk0);
   } else {
     const int b = blockIdx.z / H, NT = (args.T + kChunk - 1) / kChunk;
     hh = blockIdx.z % H;
@@ -87,6 +101,7 @@ __global__ void __launch_bounds__(4 * BV)
     c_begin = blockIdx.y * args.seg_chunks;
     c_end = min(NT, c_begin + args.seg_chunks);
     row = (std::size_t(b) * gridDim.y + blockIdx.y) * H + hh;
+    h_chunk0 = std::size_t(b) * NT;
   }
   // The head's keys and this block's columns that exist (kPad, as in the fused kernel).
   const int dk = kPad ? args.DK : DK, n_cols = kPad ? DV - v0 : BV;
@@ -117,6 +132,10 @@ __global__ void __launch_bounds__(4 * BV)
   float s[kSMTiles][kNTiles][4] = {};
   float2 zacc = make_float2(0.0f, 0.0f);  // normalization: this thread's part of the key sum
   [[maybe_unused]] float log2_decay = 0.0f;  // gated: the segment's, log2(e) * sum(g)
+  [[maybe_unused]] float seg_decay[kSMTiles][2];  // gk: the segment's decay of this thread's state rows
+  if constexpr (kChannel)
+    #pragma unroll
+    for (int mt = 0; mt < kSMTiles; ++mt) seg_decay[mt][0] = seg_decay[mt][1] = 1.0f;
   for (int c = c_begin; c < c_begin + kStages - 1; ++c) load(c);
   for (int c = c_begin; c < c_end; ++c) {
     const int stage = (c - c_begin) % kStages;
@@ -139,8 +158,25 @@ __global__ void __launch_bounds__(4 * BV)
       if constexpr (kGated) add_decayed_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane, rows_s + GateRows::to_end);
       else add_kv_step(ds, kt, L::k_stride, vf, kk, warp * kSRows, lane);
     }
-    if constexpr (kGated) decay_add_tiles(s, rows_s[GateRows::whole], ds);
-    else add_tiles(s, ds);
+    if constexpr (kGated) {
+      decay_add_tiles(s, rows_s[GateRows::whole], ds);
+    } else if constexpr (kChannel) {  // S = diag(exp(b_L)) S + the decayed K^T V, row by row
+      const float* dec = cs.decay + ((h_chunk0 + c) * H + hh) * std::size_t(dk);
+      #pragma unroll
+      for (int mt = 0; mt < kSMTiles; ++mt)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = warp * kSRows + 16 * mt + g + 8 * half;
+          const float d = !kPad || r < dk ? __ldg(dec + r) : 0.0f;
+          seg_decay[mt][half] *= d;
+          #pragma unroll
+          for (int nt = 0; nt < kNTiles; ++nt)
+            #pragma unroll
+            for (int e = 0; e < 2; ++e) s[mt][nt][2 * half + e] = __fmaf_rn(s[mt][nt][2 * half + e], d, ds[mt][nt][2 * half + e]);
+        }
+    } else {
+      add_tiles(s, ds);
+    }
     if constexpr (kNormalize) {
       const float2 x = key_sum_part<E, DK, kThreads>(kt, L::k_stride);
       zacc.x += x.x;
@@ -150,6 +186,15 @@ __global__ void __launch_bounds__(4 * BV)
   cp_async_wait_all();
   if constexpr (kGated)
     if (v0 == 0 && threadIdx.x == 0) gp.seg_log2_decay[row] = log2_decay;
+  if constexpr (kChannel)  // each row is held alike by the 4 lanes of its quad and by every group: one writes it
+    if (v0 == 0 && cg == 0 && t4 == 0)
+      #pragma unroll
+      for (int mt = 0; mt < kSMTiles; ++mt)
+        #pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int r = warp * kSRows + 16 * mt + g + 8 * half;
+          if (!kPad || r < dk) cs.seg_decay[row * dk + r] = seg_decay[mt][half];
+        }
   if constexpr (kNormalize) {  // the parts through the (now idle) stage buffers, added in order
     __syncthreads();
     float* parts = reinterpret_cast<float*>(shared_raw);
@@ -178,11 +223,14 @@ __global__ void __launch_bounds__(4 * BV)
 #endif
 }
 
-// kGated runs the gated kernel (args.g or args.g_gamma): seg_log2_decay receives each row's decay.
-template <class E, int DK, int BV, bool kNormalize, bool kPad, bool kGated = false>
+// kGate 1 runs the gated kernel (args.g or args.g_gamma): seg_decays receives each
+// row's log2 decay; kGate 2 the gk kernel on args.k's prepared keys and `chunk_decay`
+// (the prep's [chunks, H, DK]): seg_decays receives each row's decay per key channel.
+template <class E, int DK, int BV, bool kNormalize, bool kPad, int kGate = 0>
 void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums, float* zsums, cudaStream_t stream,
-                         float* seg_log2_decay = nullptr) {
-  static_assert(!(kGated && kNormalize), "normalization with a gate is refused by the launcher");
+                         float* seg_decays = nullptr, const float* chunk_decay = nullptr) {
+  constexpr bool kGated = kGate == 1;
+  static_assert(!(kGate != 0 && kNormalize), "normalization with a gate is refused by the launcher");
   auto launch = [&](auto kernel, auto... gate) {
     const std::size_t bytes = SumLayout<E, DK, BV, kGated>::bytes;
     check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
@@ -191,7 +239,9 @@ void launch_segment_sums(const FusedTensorCoreArgs& args, dim3 grid, float* sums
     check_launch(cudaGetLastError(), "segment sum launch");
   };
   if constexpr (kGated)
-    launch(segment_sum_kernel<E, DK, BV, false, kPad, GatePointers>, GatePointers{args.g, args.g_gamma, seg_log2_decay});
+    launch(segment_sum_kernel<E, DK, BV, false, kPad, GatePointers>, GatePointers{args.g, args.g_gamma, seg_decays});
+  else if constexpr (kGate == 2)
+    launch(segment_sum_kernel<E, DK, BV, false, kPad, ChannelSumOperands>, ChannelSumOperands{chunk_decay, seg_decays});
   else
     launch(segment_sum_kernel<E, DK, BV, kNormalize, kPad>);
 }
