@@ -253,6 +253,10 @@ def time_fla_gla_backward(shape, reps_ms, dtype):
     torch.cuda.synchronize()
     ref = [r.cpu() for r in gla_reference_grads(*(x[0, :, 0].double() for x in (q, k, v, do, gk)), scale)]
     errs = {f"fla_{n}_rel_l2": rel_l2(x[0, :, 0].cpu(), r) for n, x, r in zip(("dq", "dk", "dv", "dg"), (dq, dk, dv, dgk), ref)}
+    # What fla's autograd function returns to the user: dq, dk, dv cast to the inputs' dtype
+    # (ChunkGLAFunction.backward: dq.to(q), ...), the outputs that compare with linattn's.
+    errs.update({f"fla_{n}_returned_rel_l2": rel_l2(x[0, :, 0].to(torch_dtype).cpu(), r)
+                 for n, x, r in zip(("dq", "dk", "dv"), (dq, dk, dv), ref)})
     del ref
     torch.cuda.empty_cache()
     ms = triton.testing.do_bench(backward, warmup=25, rep=reps_ms, return_mode="median")
