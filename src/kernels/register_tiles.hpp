@@ -570,7 +570,9 @@ struct ChunkTiles {
   }
 
   // Per key channel (gk): o = (Q .* exp(b)) S (S from R2) for output tile
-  // `tile`, q_id by exp(b_id) as it is widened.
+  // `tile`, q_id by exp(b_id) as it is widened. A step of its own beside
+  // output_from_state, as the gated state updates are, so that level 1's stays
+  // the code it was.
   KOKKOS_INLINE_FUNCTION void channel_output_from_state(RegTile<Acc>& o, int tile, int L,
                                                         const ChunkDecay<Acc>& decay) const {
     zero(o);
@@ -637,17 +639,26 @@ struct ChunkTiles {
   }
 
   // The end of a chunk's output, with the state in R2 and this thread's score
-  // tiles in `a`: O = Q S (Q's last reads), A into R1, O = scale O + A V stored
-  // into out(b, t0 + row, h, d0 + column).
-  template <int kA, int kO, class View4>
-  KOKKOS_INLINE_FUNCTION void outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
-                                      const View4& out, int b, int t0, int h, int d0, bool quad) const {
+  // tiles in `a`: O = Q S by from_state(o, tile) (Q's last reads), A into R1,
+  // O = scale O + A V stored into out(b, t0 + row, h, d0 + column).
+  template <int kA, int kO, class View4, class FromState>
+  KOKKOS_INLINE_FUNCTION void outputs_with(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                           const View4& out, int b, int t0, int h, int d0, bool quad,
+                                           const FromState& from_state) const {
     RegTile<Acc> o[kO];
-    for (int u = 0; u < kO; ++u) output_from_state(o[u], my_tile(u, output_tiles), L);
+    for (int u = 0; u < kO; ++u) from_state(o[u], my_tile(u, output_tiles));
     m.team_barrier();  // Q is no longer read: R1 takes the scores
     for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
     m.team_barrier();
     for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+  }
+
+  // Level 1's outputs.
+  template <int kA, int kO, class View4>
+  KOKKOS_INLINE_FUNCTION void outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                      const View4& out, int b, int t0, int h, int d0, bool quad) const {
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad,
+                         [&](RegTile<Acc>& o, int tile) { output_from_state(o, tile, L); });
   }
 
   // The gated outputs: the rows of Q S by exp(b_i) before the scores (decayed
@@ -657,30 +668,20 @@ struct ChunkTiles {
   KOKKOS_INLINE_FUNCTION void decayed_outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
                                               const View4& out, int b, int t0, int h, int d0, bool quad,
                                               const ChunkDecay<Acc>& decay) const {
-    RegTile<Acc> o[kO];
-    for (int u = 0; u < kO; ++u) {
-      const int tile = my_tile(u, output_tiles);
-      output_from_state(o[u], tile, L);
-      if (tile >= 0) decay_rows(o[u], decay, R * (tile / wt));
-    }
-    m.team_barrier();  // Q is no longer read: R1 takes the scores
-    for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
-    m.team_barrier();
-    for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad, [&](RegTile<Acc>& o, int tile) {
+      output_from_state(o, tile, L);
+      if (tile >= 0) decay_rows(o, decay, R * (tile / wt));
+    });
   }
 
-  // Per key channel (gk): outputs with Q S taken as (Q .* exp(b)) S, the
-  // scores already decayed (channel_scores).
+  // Per key channel (gk): Q S taken as (Q .* exp(b)) S, the scores already
+  // decayed (channel_scores).
   template <int kA, int kO, class View4>
   KOKKOS_INLINE_FUNCTION void channel_decayed_outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
                                                       const View4& out, int b, int t0, int h, int d0, bool quad,
                                                       const ChunkDecay<Acc>& decay) const {
-    RegTile<Acc> o[kO];
-    for (int u = 0; u < kO; ++u) channel_output_from_state(o[u], my_tile(u, output_tiles), L, decay);
-    m.team_barrier();  // Q is no longer read: R1 takes the scores
-    for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
-    m.team_barrier();
-    for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad,
+                         [&](RegTile<Acc>& o, int tile) { channel_output_from_state(o, tile, L, decay); });
   }
 };
 
