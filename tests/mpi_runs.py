@@ -178,10 +178,13 @@ gated_packed = generate("cp_gated_packed.h5", "--shape", "1,1,2,16,16", "--seqle
 # GLA's gk (one decay per key channel): each carry's rows decay by their own channel's sum.
 gated_gk = generate("cp_gated_gk.h5", "--shape", "2,1000,2,16,24", "--dtype", "fp32", "--initial-state", "--gate", "gk",
                     "--gate-strength", "0.01", "--seed", "30")
+# gk on a packed batch whose long sequence spans every segment, with initial states per sequence.
+gated_gk_packed = generate("cp_gated_gk_packed.h5", "--shape", "1,1,2,16,24", "--seqlens", "10,1000,20", "--dtype",
+                           "fp32", "--initial-state", "--gate", "gk", "--gate-strength", "0.01", "--seed", "31")
 sets = {"cp": [plain, cut, long, tiny], "cpnorm": [norm, norm_packed],
-        "cpgate": [gated, gated_gamma, gated_packed, gated_gk]}
+        "cpgate": [gated, gated_gamma, gated_packed, gated_gk, gated_gk_packed]}
 flags = {"cp": [], "cpnorm": ["--normalize"], "cpgate": []}
-cases = {"cp": 5, "cpnorm": 2, "cpgate": 4}
+cases = {"cp": 5, "cpnorm": 2, "cpgate": 5}
 
 
 def rank_chunks(stdout, case):
@@ -229,7 +232,8 @@ compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 r
 chunks = rank_chunks(results[("cpgate", 2)], "cp_gated.h5:case0")
 check(len(chunks) == 2 and sum(chunks) == 16 and chunks[0] > chunks[1],
       f"gated, 2 ranks, default split: the gated state pass is the fused tiles' (rank 0 takes more: {chunks})")
-for name, gate in (("cp_gated", "g"), ("cp_gated_gamma", "g_gamma"), ("cp_gated_packed", "g"), ("cp_gated_gk", "gk")):
+for name, gate in (("cp_gated", "g"), ("cp_gated_gamma", "g_gamma"), ("cp_gated_packed", "g"), ("cp_gated_gk", "gk"),
+                   ("cp_gated_gk_packed", "gk")):
     with h5py.File(out(f"cpgate2/{name}.case0.h5"), "r") as f:
         attr = f.attrs.get("gate")
         attr = attr.decode() if isinstance(attr, bytes) else attr
@@ -295,6 +299,9 @@ split_check(out("cpgate1/cp_gated_packed.case0.h5"), out("cpgate3/cp_gated_packe
             slice(0, 1), "3 ranks, gated packed long sequence")
 split_check(out("cpgate1/cp_gated_gk.case0.h5"), out("cpgate3/cp_gated_gk.case0.h5"), 640, 10, slice(0, 0),
             "3 ranks, gated gk")
+# Packed 10, 1000, 20 with gk: the cuts of cp_gated_packed; sequence 1's carries decay per key channel.
+split_check(out("cpgate1/cp_gated_gk_packed.case0.h5"), out("cpgate3/cp_gated_gk_packed.case0.h5"), 10 + 11 * 64,
+            12, slice(0, 1), "3 ranks, gated gk packed long sequence")
 
 # A case that fails on one rank only (the NaN lies in rank 0's segment of bad_case1.h5's
 # case1) fails on every rank, leaves no file, and the next case still runs.

@@ -376,7 +376,8 @@ TEST(PathChoice, GatesRunOnTeamPolicyRegisterAndTensorCoreKernels) {
 }
 
 // GLA's gk: tensor cores over whole or split sequences (the segment sums
-// carry its per-channel decays); the register-blocked kernels do not take it yet.
+// carry its per-channel decays); without tensor cores the register-blocked
+// kernels, as for every gate.
 TEST(PathChoice, ChannelGateRunsOnTensorCoresWholeOrSplit) {
   PathFacts f = on_cuda();
   f.gated = true;
@@ -395,10 +396,13 @@ TEST(PathChoice, ChannelGateRunsOnTensorCoresWholeOrSplit) {
   f.segments = 0;
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
   f.requested = GemmPath::automatic;
-  f.input = DType::f64;  // no tensor cores, and the register-blocked kernels refuse gk: the TeamPolicy kernel
-  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+  f.input = DType::f64;  // no tensor cores: the register-blocked kernels
+  EXPECT_EQ(path_of(f), GemmPath::registers);
   f.requested = GemmPath::registers;
-  EXPECT_TRUE(contains(refusal_of(f), "per-key-channel gate (gk)")) << refusal_of(f);
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.register_plan_refusal = "the tiles need more team scratch than the backend offers";  // then kokkoskernels
+  f.requested = GemmPath::automatic;
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
 }
 
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {

@@ -196,19 +196,19 @@ TEST(RegisterPlan, ExplicitTeamTooSmallOrTooLargeIsUnavailable) {
 // fits level 0 at 32 columns (31248 + 1024 bytes).
 TEST(RegisterPlan, GateAddsItsDecayRows) {
   SKIP_UNLESS_KNOWN_LIMITS();
-  const register_tiles::Plan plan = register_tiles::make_plan<bf16_t, float>(shape(64, 64, 64), 0, 0, true);
+  const register_tiles::Plan plan = register_tiles::make_plan<bf16_t, float>(shape(64, 64, 64), 0, 0, DecayForm::scalar);
   expect_plan(plan, 0, 32, 32272, host_execution ? 1 : 256);
   using register_tiles::make_layout;
   using register_tiles::make_state_pass_layout;
   const register_tiles::Layout plain = make_layout<bf16_t, float>(64, 64, 32),
-                               gated = make_layout<bf16_t, float>(64, 64, 32, true);
+                               gated = make_layout<bf16_t, float>(64, 64, 32, DecayForm::scalar);
   EXPECT_EQ(gated.bytes, plain.bytes + 1024);
   EXPECT_EQ(gated.r3, plain.r3);
   std::vector<char> team(gated.bytes);  // the rows are the layout's last bytes: where level 1's layout ends
-  EXPECT_EQ(reinterpret_cast<char*>(register_tiles::decay_rows_at<float>(team.data(), gated, 64)),
+  EXPECT_EQ(reinterpret_cast<char*>(register_tiles::decay_tile_at<float>(team.data(), gated, DecayForm::scalar, 64, 64).data()),
             team.data() + plain.bytes);
   const register_tiles::Layout pass_plain = make_state_pass_layout<bf16_t, float>(64, 64, 32),
-                               pass_gated = make_state_pass_layout<bf16_t, float>(64, 64, 32, true);
+                               pass_gated = make_state_pass_layout<bf16_t, float>(64, 64, 32, DecayForm::scalar);
   EXPECT_EQ(pass_gated.bytes, pass_plain.bytes + 1024);
 }
 
@@ -217,9 +217,43 @@ TEST(RegisterPlan, GateAddsItsDecayRows) {
 // the host keeps 32 columns on level 1.
 TEST(RegisterPlan, GateCanNarrowTheWidth) {
   SKIP_UNLESS_KNOWN_LIMITS();
-  const register_tiles::Plan plan = register_tiles::make_plan<bf16_t, float>(shape(64, 128, 128), 0, 0, true);
+  const register_tiles::Plan plan = register_tiles::make_plan<bf16_t, float>(shape(64, 128, 128), 0, 0, DecayForm::scalar);
   if (host_execution) expect_plan(plan, 1, 32, 41488, 1);
   else expect_plan(plan, 0, 16, 38416, 256);
+}
+
+// GLA's gk: the decay tile is b itself, chunk x DK accumulation-type values
+// (on the host 3 chunk x DK: chunk_decay's running factors), after the three
+// regions as the scalar rows are: 16 KB at chunk 64, DK 64 in fp32 (48 KB on
+// the host), which moves bf16 at DK 64, DV 64 past level 0 on the H200 at
+// every width: 64 columns on level 1.
+TEST(RegisterPlan, ChannelGateAddsItsDecayTile) {
+  using register_tiles::make_layout;
+  using register_tiles::make_state_pass_layout;
+  const std::size_t tile = (host_execution ? 3 : 1) * 64 * 64 * sizeof(float);
+  const register_tiles::Layout plain = make_layout<bf16_t, float>(64, 64, 32),
+                               channels = make_layout<bf16_t, float>(64, 64, 32, DecayForm::channels);
+  EXPECT_EQ(channels.bytes, plain.bytes + tile);
+  EXPECT_EQ(channels.r3, plain.r3);
+  std::vector<char> team(channels.bytes);
+  const Tile<float> b = register_tiles::decay_tile_at<float>(team.data(), channels, DecayForm::channels, 64, 64);
+  EXPECT_EQ(reinterpret_cast<char*>(b.data()), team.data() + plain.bytes);
+  EXPECT_EQ(b.extent(0), (host_execution ? 3u : 1u) * 64u);
+  EXPECT_EQ(b.extent(1), 64u);
+  const std::size_t pass_plain = make_state_pass_layout<bf16_t, float>(64, 64, 32).bytes,
+                    pass_channels = make_state_pass_layout<bf16_t, float>(64, 64, 32, DecayForm::channels).bytes;
+  EXPECT_EQ(pass_channels, pass_plain + tile);
+  // DK 12 (not a multiple of 4): 64 x 12 floats, a multiple of 16 bytes already.
+  const std::size_t narrow_plain = make_layout<bf16_t, float>(64, 12, 8).bytes,
+                    narrow_channels = make_layout<bf16_t, float>(64, 12, 8, DecayForm::channels).bytes;
+  EXPECT_EQ(narrow_channels, narrow_plain + (host_execution ? 3 : 1) * 64 * 12 * sizeof(float));
+  SKIP_UNLESS_KNOWN_LIMITS();
+  const register_tiles::Plan plan = register_tiles::make_plan<bf16_t, float>(shape(64, 64, 64), 0, 0, DecayForm::channels);
+  EXPECT_EQ(plan.unavailable, "");
+  EXPECT_EQ(plan.scratch.block_dv, 64);
+  const std::size_t wide = make_layout<bf16_t, float>(64, 64, 64, DecayForm::channels).bytes;
+  EXPECT_EQ(plan.scratch.bytes, wide + 16);
+  if (!host_execution) EXPECT_EQ(plan.scratch.level, 1);  // 43008 bytes at 4 columns already
 }
 
 }  // namespace

@@ -39,16 +39,28 @@ struct ChunkDecay {
   bool channels = false;
 };
 
-// The decay tile's extents for views' gate on chunk C (0 x 0 for level 1),
-// for the scratch plans and for decay_tile below.
+// The form of a gate's decay: none (level 1), scalar (g per token or RetNet's
+// g_gamma), channels (gk). The register-blocked kernels take it as a template
+// argument, an instantiation per form.
+enum class DecayForm { none, scalar, channels };
+template <class Views>
+KOKKOS_INLINE_FUNCTION DecayForm decay_form(const Views& views) {
+  return views.channel_gated() ? DecayForm::channels : views.gated() ? DecayForm::scalar : DecayForm::none;
+}
+
+// The decay tile's extents for a form on chunk C (0 x 0 for level 1), for the
+// scratch plans and for decay_tile below.
 struct DecayExtent {
   std::int64_t rows = 0, cols = 0;
 };
+KOKKOS_INLINE_FUNCTION DecayExtent decay_extent(DecayForm form, std::int64_t C, std::int64_t DK) {
+  if (form == DecayForm::channels) return {host_execution ? 3 * C : C, DK};
+  if (form == DecayForm::scalar) return {kDecayRows, C};
+  return {};
+}
 template <class Views>
 KOKKOS_INLINE_FUNCTION DecayExtent decay_extent(const Views& views, std::int64_t C, std::int64_t DK) {
-  if (views.channel_gated()) return {host_execution ? 3 * C : C, DK};
-  if (views.gated()) return {kDecayRows, C};
-  return {};
+  return decay_extent(decay_form(views), C, DK);
 }
 template <class Views>
 DecayExtent decay_extent(const Problem& p, const Views& views) {

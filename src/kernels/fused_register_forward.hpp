@@ -7,11 +7,12 @@
 //   stage Q, K^T, V | dS = K^T V, A = scale tril(Q K^T) | S into R2 |
 //   h[c] = S, O = scale Q S | A into R1 | O += A V, store o | S += dS
 // (the state update after the output, as in the chunk recurrence of README.md "The math").
-// Gated (README.md "Gated levels"; the instantiation kGated, so that level 1's
-// kernel is compiled as it was): the chunk's decay rows are computed once
-// after staging (chunk_decay) and the gated steps apply them
+// Gated (README.md "Gated levels"; an instantiation per DecayForm, so that
+// level 1's kernel is compiled as it was): the chunk's decay tile is computed
+// once after staging (chunk_decay) and the gated steps apply it
 // (register_gate.hpp): dS's keys by exp(b_L - b_j), A by exp(b_i - b_j), Q S's
-// rows by exp(b_i), and S = exp(b_L) S + dS.
+// rows by exp(b_i), and S = exp(b_L) S + dS; per key channel (gk) each factor
+// channel by channel inside the products.
 #pragma once
 
 #include "kernels/kernel_shape.hpp"
@@ -33,7 +34,7 @@ namespace linattn {
 // at 1,32768,32,128.
 using RegisterPolicy = Kokkos::TeamPolicy<ExecSpace, Kokkos::LaunchBounds<register_tiles::kGpuTeam, 2>>;
 
-template <class Views, bool kGated>
+template <class Views, DecayForm kForm>
 struct FusedRegisterForward : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Snap = typename Views::snapshot_type;
@@ -42,6 +43,8 @@ struct FusedRegisterForward : KernelShape, BlockPlan {
   static constexpr int R = register_tiles::kTile;
   static constexpr int kS = register_tiles::kStateSlots, kA = register_tiles::kScoreSlots,
                        kO = register_tiles::kOutputSlots;
+  static constexpr bool kScalar = kForm == DecayForm::scalar,
+                        kChannels = kForm == DecayForm::channels;
 
   Views views;
   SequenceMap seqs;
@@ -74,18 +77,25 @@ struct FusedRegisterForward : KernelShape, BlockPlan {
       tl.stage_kt(views.k, b, t0, L, h, quad_qk);
       tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
       [[maybe_unused]] const auto decay =
-          register_tiles::chunk_decay_rows<kGated>(m, tl.q_s, lay, C, views, b, t0, L, h);
+          register_tiles::chunk_decay_rows<kForm>(m, tl.q_s, lay, C, DK, views, b, t0, L, h);
       m.team_barrier();
       for (int u = 0; u < kS; ++u) {
         register_tiles::zero(ds[u]);
-        if constexpr (kGated)
+        if constexpr (kScalar)
           tl.add_decayed_state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L), decay);
+        else if constexpr (kChannels)
+          tl.add_channel_decayed_state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L), decay);
         else
           tl.add_state_update(ds[u], tl.my_tile(u, tl.state_tiles), register_tiles::round4(L));
       }
-      for (int u = 0; u < kA; ++u) tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
-      if constexpr (kGated)
-        for (int u = 0; u < kA; ++u) tl.decay_scores(a[u], tl.my_tile(u, tl.score_tiles), L, decay);
+      for (int u = 0; u < kA; ++u) {
+        if constexpr (kChannels) {
+          tl.channel_scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale, decay);
+        } else {
+          tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
+          if constexpr (kScalar) tl.decay_scores(a[u], tl.my_tile(u, tl.score_tiles), L, decay);
+        }
+      }
       m.team_barrier();  // K^T is no longer read: R2 takes the state before this chunk
       for (int u = 0; u < kS; ++u) tl.publish_state(s[u], tl.my_tile(u, tl.state_tiles));
       m.team_barrier();
@@ -95,9 +105,15 @@ struct FusedRegisterForward : KernelShape, BlockPlan {
           register_tiles::store_rounded(&views.h(seq.h_b, seq.h_c0 + c, h, d, d0 + j), tl.s_s + d * tl.ss + j, W - j,
                                         quad_h);
         }
-      if constexpr (kGated) {
+      if constexpr (kScalar) {
         tl.template decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
         for (int u = 0; u < kS; ++u) register_tiles::decay_state_tile(s[u], decay);  // S = exp(b_L) S + dS
+      } else if constexpr (kChannels) {
+        tl.template channel_decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
+        for (int u = 0; u < kS; ++u) {  // S = diag(exp(b_L)) S + dS
+          const int tile = tl.my_tile(u, tl.state_tiles);
+          if (tile >= 0) register_tiles::decay_state_channels_tile(s[u], decay, R * (tile / tl.wt), DK);
+        }
       } else {
         tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
       }
@@ -116,12 +132,13 @@ struct FusedRegisterForward : KernelShape, BlockPlan {
   }
 };
 
-// The plan (with the decay rows when gated). choose_path (path_choice.hpp) has
+// The plan (with the decay tile of `form`). choose_path (path_choice.hpp) has
 // refused every problem without one before a kernel launches, so a missing
 // plan here is a caller's bug.
 template <class In, class Acc>
-register_tiles::Plan register_plan(const Problem& p, std::int64_t block_dv, int team_size, bool gated) {
-  const register_tiles::Plan plan = register_tiles::make_plan<In, Acc>(p, block_dv, team_size, gated);
+register_tiles::Plan register_plan(const Problem& p, std::int64_t block_dv, int team_size,
+                                   DecayForm form) {
+  const register_tiles::Plan plan = register_tiles::make_plan<In, Acc>(p, block_dv, team_size, form);
   if (!plan.unavailable.empty())
     throw std::logic_error("register-blocked kernel launched without a plan: " + plan.unavailable);
   return plan;
@@ -133,25 +150,29 @@ ScratchPlan run_fused_registers(const Problem& p, const Views& views, const Sequ
   ScopedRegion region("linattn::fused_registers");
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
-  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size, views.gated());
+  const DecayForm form = decay_form(views);
+  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size, form);
   const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);
   const bool quad_v = p.DV % 4 == 0 && w % 4 == 0 && register_tiles::quad_aligned(views.v) &&
                       register_tiles::quad_aligned(views.o);
   const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
-  auto launch = [&](auto gated) {
-    using Kernel = FusedRegisterForward<Views, decltype(gated)::value>;
+  auto launch = [&](auto gate) {
+    using Kernel = FusedRegisterForward<Views, decltype(gate)::value>;
     const Kernel kernel{kernel_shape(p), {w, num_blocks, plan.scratch.level}, views, seqs, static_cast<Acc>(p.scale),
-                        register_tiles::make_layout<In, Acc>(C, DK, w, gated), quad_qk, quad_v,
+                        register_tiles::make_layout<In, Acc>(C, DK, w, form), quad_qk, quad_v,
                         quad_v && register_tiles::quad_aligned(views.h)};
     Kokkos::parallel_for("linattn::fused_registers",
                          RegisterPolicy(league, plan.team_size)
                              .set_scratch_size(plan.scratch.level, Kokkos::PerTeam(plan.scratch.bytes)),
                          kernel);
   };
-  if (views.gated()) launch(std::true_type{});
-  else launch(std::false_type{});
+  switch (form) {
+    case DecayForm::channels: launch(std::integral_constant<DecayForm, DecayForm::channels>{}); break;
+    case DecayForm::scalar: launch(std::integral_constant<DecayForm, DecayForm::scalar>{}); break;
+    case DecayForm::none: launch(std::integral_constant<DecayForm, DecayForm::none>{}); break;
+  }
   return plan.scratch;
 }
 

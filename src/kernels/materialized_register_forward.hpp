@@ -5,12 +5,12 @@
 //     the chunks, h[c] = S is stored from registers, S += K^T V;
 //   kernel 2, league (chunk, DV block, head), all chunks at once: O = scale
 //     (Q h[c] + tril(Q K^T) V) with h[c] read back in the snapshot type.
-// Gated (README.md "Gated levels"; the instantiations kGated, so that level
-// 1's kernels are compiled as they were), each kernel computes a chunk's decay
-// rows once per team (chunk_decay) and its gated steps apply them
+// Gated (README.md "Gated levels"; an instantiation per DecayForm, so that
+// level 1's kernels are compiled as they were), each kernel computes a chunk's
+// decay tile once per team (chunk_decay) and its gated steps apply it
 // (register_gate.hpp): kernel 1 S = exp(b_L) S + K^T V with keys by
 // exp(b_L - b_j), kernel 2 the rows of Q h[c] by exp(b_i) and the scores by
-// exp(b_i - b_j).
+// exp(b_i - b_j); per key channel (gk) each factor channel by channel.
 #pragma once
 
 #include "kernels/kernel_shape.hpp"
@@ -47,7 +47,7 @@ inline int state_pass_team(int DK, int W, int rows) {
   return (state_pass_tiles(DK, W, rows) + 31) / 32 * 32;
 }
 
-template <class Views, class Snapshots, int RX, bool kGated>
+template <class Views, class Snapshots, int RX, DecayForm kForm>
 struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
@@ -91,13 +91,22 @@ struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
         for (int x = 0; x < RX && dr[u] + x < DK; ++x)
           register_tiles::store_rounded(&snapshots(seq.h_b, seq.h_c0 + c, h, dr[u] + x, d0 + jc[u]), s[u][x],
                                         W - jc[u], quad_h);
-      if constexpr (kGated) {
-        const auto decay = register_tiles::chunk_decay_rows<true>(m, tl.q_s, lay, C, views, b, t0, L, h);
+      if constexpr (kForm == DecayForm::scalar) {
+        const auto decay = register_tiles::chunk_decay_rows<kForm>(m, tl.q_s, lay, C, DK, views, b, t0, L, h);
         m.team_barrier();
         for (int u = 0; u < kS; ++u)
           if (dr[u] < DK) {
             register_tiles::decay_state_tile(s[u], decay);  // S = exp(b_L) S + (decayed K)^T V
             tl.template add_decayed_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L), decay);
+          }
+      } else if constexpr (kForm == DecayForm::channels) {
+        const auto decay = register_tiles::chunk_decay_rows<kForm>(m, tl.q_s, lay, C, DK, views, b, t0, L, h);
+        m.team_barrier();
+        for (int u = 0; u < kS; ++u)
+          if (dr[u] < DK) {  // S = diag(exp(b_L)) S + (decayed K)^T V
+            register_tiles::decay_state_channels_tile(s[u], decay, dr[u], DK);
+            tl.template add_channel_decayed_state_update_rows<RX>(s[u], dr[u], jc[u], register_tiles::round4(L),
+                                                                  decay);
           }
       } else {
         m.team_barrier();
@@ -112,7 +121,7 @@ struct MaterializedRegisterStatePass : KernelShape, BlockPlan {
   }
 };
 
-template <class Views, class Snapshots, bool kGated>
+template <class Views, class Snapshots, DecayForm kForm>
 struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
@@ -139,12 +148,19 @@ struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
     tl.stage_q(views.q, b, t0, L, h, quad_qk);
     tl.stage_kt(views.k, b, t0, L, h, quad_qk);
     tl.stage_v(views.v, b, t0, L, h, d0, quad_v);
-    [[maybe_unused]] const auto decay = register_tiles::chunk_decay_rows<kGated>(m, tl.q_s, lay, C, views, b, t0, L, h);
+    [[maybe_unused]] const auto decay =
+        register_tiles::chunk_decay_rows<kForm>(m, tl.q_s, lay, C, DK, views, b, t0, L, h);
     m.team_barrier();
     register_tiles::RegTile<Acc> a[kA];
-    for (int u = 0; u < kA; ++u) tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
-    if constexpr (kGated)
-      for (int u = 0; u < kA; ++u) tl.decay_scores(a[u], tl.my_tile(u, tl.score_tiles), L, decay);
+    for (int u = 0; u < kA; ++u) {
+      if constexpr (kForm == DecayForm::channels) {
+        tl.channel_scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale, decay);
+      } else {
+        tl.scores(a[u], tl.my_tile(u, tl.score_tiles), L, scale);
+        if constexpr (kForm == DecayForm::scalar)
+          tl.decay_scores(a[u], tl.my_tile(u, tl.score_tiles), L, decay);
+      }
+    }
     m.team_barrier();  // K^T is no longer read: R2 takes h[c], zero past DK and W
     const int W4 = register_tiles::round4(W);
     for (int e = tl.rank; e < tl.DK4 * W4; e += tl.TS) {
@@ -152,36 +168,40 @@ struct MaterializedRegisterOutputPass : KernelShape, BlockPlan {
       tl.s_s[d * tl.ss + j] = d < DK && j < W ? to_acc<Acc>(snapshots(seq.h_b, seq.h_c0 + c, h, d, d0 + j)) : Acc(0);
     }
     m.team_barrier();
-    if constexpr (kGated) tl.template decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
-    else tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
+    if constexpr (kForm == DecayForm::scalar)
+      tl.template decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
+    else if constexpr (kForm == DecayForm::channels)
+      tl.template channel_decayed_outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v, decay);
+    else
+      tl.template outputs<kA, kO>(m, a, L, scale, views.o, b, t0, h, d0, quad_v);
   }
 };
 
-// The two kernels, gated (kGated: views.gated()) or level 1.
-template <bool kGated, class Views, class Snapshots>
+// The two kernels, for the decay form kForm (decay_form(views)).
+template <DecayForm kForm, class Views, class Snapshots>
 ScratchPlan run_materialized_registers_on(const Problem& p, const Views& views, const Snapshots& snapshots,
                                           const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
   using In = typename Views::input_type;
   using Acc = typename Views::acc_type;
-  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size, kGated);
+  const register_tiles::Plan plan = register_plan<In, Acc>(p, block_dv, team_size, kForm);
   const KernelShape shape = kernel_shape(p);
   const int C = shape.C, DK = shape.DK, w = static_cast<int>(plan.scratch.block_dv);
   const int num_blocks = static_cast<int>(ceil_div(p.DV, w));
-  const register_tiles::Layout lay = register_tiles::make_layout<In, Acc>(C, DK, w, kGated);
+  const register_tiles::Layout lay = register_tiles::make_layout<In, Acc>(C, DK, w, kForm);
   const bool quad_qk = p.DK % 4 == 0 && register_tiles::quad_aligned(views.q) && register_tiles::quad_aligned(views.k);
   const bool quad_v = p.DV % 4 == 0 && w % 4 == 0 && register_tiles::quad_aligned(views.v) &&
                       register_tiles::quad_aligned(views.o);
   const auto scratch = Kokkos::PerTeam(plan.scratch.bytes);
   {
     ScopedRegion region("linattn::materialized_registers::states");
-    const register_tiles::Layout state_lay = register_tiles::make_state_pass_layout<In, Acc>(C, DK, w, kGated);
+    const register_tiles::Layout state_lay = register_tiles::make_state_pass_layout<In, Acc>(C, DK, w, kForm);
     const std::size_t bytes = state_lay.bytes + register_tiles::kScratchAlignment;
     const int state_level = bytes <= static_cast<std::size_t>(TeamPolicy::scratch_size_max(0)) ? 0 : 1;
     const bool quad_h = quad_v && register_tiles::quad_aligned(snapshots);
     const int league = static_cast<int>(num_blocks * p.num_sequences() * p.H);
     auto run = [&](auto rows) {
       constexpr int RX = decltype(rows)::value;
-      const MaterializedRegisterStatePass<Views, Snapshots, RX, kGated> kernel{
+      const MaterializedRegisterStatePass<Views, Snapshots, RX, kForm> kernel{
           shape, {w, num_blocks, state_level}, views, snapshots, seqs, state_lay, quad_qk, quad_v, quad_h};
       Kokkos::parallel_for("linattn::materialized_registers_states",
                            StatePassPolicy(league, state_pass_team(DK, w, RX))
@@ -193,7 +213,7 @@ ScratchPlan run_materialized_registers_on(const Problem& p, const Views& views, 
   }
   {
     ScopedRegion region("linattn::materialized_registers::outputs");
-    const MaterializedRegisterOutputPass<Views, Snapshots, kGated> kernel{
+    const MaterializedRegisterOutputPass<Views, Snapshots, kForm> kernel{
         shape, {w, num_blocks, plan.scratch.level}, views, snapshots, seqs, static_cast<Acc>(p.scale), lay, quad_qk, quad_v};
     const int league = static_cast<int>(seqs.total_chunks * num_blocks * p.H);
     Kokkos::parallel_for("linattn::materialized_registers_outputs",
@@ -205,8 +225,14 @@ ScratchPlan run_materialized_registers_on(const Problem& p, const Views& views, 
 template <class Views, class Snapshots>
 ScratchPlan run_materialized_registers_with(const Problem& p, const Views& views, const Snapshots& snapshots,
                                             const SequenceMap& seqs, std::int64_t block_dv, int team_size) {
-  if (views.gated()) return run_materialized_registers_on<true>(p, views, snapshots, seqs, block_dv, team_size);
-  return run_materialized_registers_on<false>(p, views, snapshots, seqs, block_dv, team_size);
+  switch (decay_form(views)) {
+    case DecayForm::channels:
+      return run_materialized_registers_on<DecayForm::channels>(p, views, snapshots, seqs, block_dv, team_size);
+    case DecayForm::scalar:
+      return run_materialized_registers_on<DecayForm::scalar>(p, views, snapshots, seqs, block_dv, team_size);
+    case DecayForm::none: break;
+  }
+  return run_materialized_registers_on<DecayForm::none>(p, views, snapshots, seqs, block_dv, team_size);
 }
 
 // Uses the caller's snapshot View when present; otherwise an internal buffer

@@ -77,8 +77,6 @@ std::string tensor_core_refusal(const PathFacts& f) {
 std::string register_refusal(const PathFacts& f) {
   if (f.variant != Variant::fused && f.variant != Variant::materialized)
     return "only the fused and materialized variants have register-blocked kernels";
-  if (f.channel_gated)
-    return "the register-blocked kernels do not take a per-key-channel gate (gk) yet; kokkoskernels and hosttile do";
   return f.register_plan_refusal;
 }
 

@@ -11,6 +11,11 @@
 // these and hold NoDecay. The gated steps that read the staged tiles are
 // ChunkTiles' add_decayed_state_update(_rows), decay_scores and
 // decayed_outputs, beside level 1's unchanged steps.
+// Per key channel (GLA's gk, DecayForm::channels) the decay tile is b itself
+// (C x DK, chunk_gate.hpp) and the factors are taken channel by channel inside
+// the products (ChunkTiles' channel_* steps): a state tile's row d (a key
+// channel) by exp(b_Ld), the keys of the update by exp(b_Ld - b_jd), q_id by
+// exp(b_id) in Q S, and the scores as sum_d q_id k_jd exp(b_id - b_jd).
 #pragma once
 
 #include "kernels/chunk_gate.hpp"
@@ -45,6 +50,16 @@ KOKKOS_INLINE_FUNCTION void decay_state_tile(Acc (&s)[RX][RY], const ChunkDecay<
   const Acc last = d.b(1, d.L - 1);
   for (int x = 0; x < RX; ++x)
     for (int y = 0; y < RY; ++y) s[x][y] *= last;
+}
+
+// Per channel: the RX rows dr.. of a state tile (key channels) by exp(b_Ld);
+// rows past DK hold zeros and have no b.
+template <class Acc, int RX, int RY>
+KOKKOS_INLINE_FUNCTION void decay_state_channels_tile(Acc (&s)[RX][RY], const ChunkDecay<Acc>& d, int dr, int DK) {
+  for (int x = 0; x < RX && dr + x < DK; ++x) {
+    const Acc f = kernel_exp(d.b(d.L - 1, dr + x));
+    for (int y = 0; y < RY; ++y) s[x][y] *= f;
+  }
 }
 
 }  // namespace register_tiles

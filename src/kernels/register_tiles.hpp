@@ -17,8 +17,9 @@
 //   R1: Q [C][DK] (input type), then the scores A [C][C] (accumulation type)
 //   R2: K^T [DK][C] (input type), then the state S [DK][W] (accumulation type)
 //   R3: V [C][W] (input type)
-//   with a gate, after them: the chunk's decay rows b [4][C] (accumulation
-//   type; chunk_gate.hpp), filled once per chunk, applied by register_gate.hpp
+//   with a gate, after them: the chunk's decay tile (accumulation type;
+//   chunk_gate.hpp): rows b [4][C] for scalar gates, b [C][DK] per key
+//   channel, filled once per chunk, applied by register_gate.hpp
 // Elements past DK, W or the chunk's L tokens are staged as zeros, so that
 // whole quads and tiles can be computed without bounds checks.
 #pragma once
@@ -91,37 +92,40 @@ struct Layout {
   std::size_t r2, r3, bytes;                               // byte offsets of R2 and R3, total
 };
 
-// A gate's decay rows (kDecayRows x C, accumulation type) are a layout's last
-// bytes: make_layout and make_state_pass_layout add them when gated, and the
-// gated kernels find them from the end (decay_rows_at), so that Layout and
-// ChunkTiles stay what level 1 compiles.
+// A gate's decay tile (chunk_gate.hpp's decay_extent: kDecayRows x C for
+// scalar gates, b C x DK per key channel, accumulation type) is a layout's
+// last bytes: make_layout and make_state_pass_layout add it for a decay form,
+// and the gated kernels find it from the end (decay_tile_at), so that Layout
+// and ChunkTiles stay what level 1 compiles.
 template <class Acc>
-KOKKOS_INLINE_FUNCTION std::size_t decay_rows_bytes(int C) {
-  return (std::size_t(kDecayRows) * C * sizeof(Acc) + 15) / 16 * 16;  // align16
+KOKKOS_INLINE_FUNCTION std::size_t decay_tile_bytes(DecayForm form, int C, int DK) {
+  const DecayExtent e = decay_extent(form, C, DK);
+  return (std::size_t(e.rows * e.cols) * sizeof(Acc) + 15) / 16 * 16;  // align16
 }
 // `base`: the start of the team's layout (ChunkTiles::q_s).
 template <class Acc>
-KOKKOS_INLINE_FUNCTION Acc* decay_rows_at(void* base, const Layout& l, int C) {
-  return reinterpret_cast<Acc*>(static_cast<char*>(base) + l.bytes - decay_rows_bytes<Acc>(C));
+KOKKOS_INLINE_FUNCTION Tile<Acc> decay_tile_at(void* base, const Layout& l, DecayForm form, int C, int DK) {
+  const DecayExtent e = decay_extent(form, C, DK);
+  return Tile<Acc>(reinterpret_cast<Acc*>(static_cast<char*>(base) + l.bytes - decay_tile_bytes<Acc>(form, C, DK)),
+                   e.rows, e.cols);
 }
 
-// The chunk's decay (chunk_decay into the decay rows of the team's layout
+// The chunk's decay (chunk_decay into the decay tile of the team's layout
 // `lay` at `base`, ChunkTiles::q_s) in a gated instantiation; NoDecay at level
 // 1. The caller's next barrier publishes it.
-template <bool kGated, class Views>
-KOKKOS_INLINE_FUNCTION auto chunk_decay_rows(const Member& m, void* base, const Layout& lay, int C, const Views& views,
-                                             int bb, int t0, int L, int h) {
+template <DecayForm kForm, class Views>
+KOKKOS_INLINE_FUNCTION auto chunk_decay_rows(const Member& m, void* base, const Layout& lay, int C, int DK,
+                                             const Views& views, int bb, int t0, int L, int h) {
   using Acc = typename Views::acc_type;
-  if constexpr (kGated) {
-    const Tile<Acc> rows(decay_rows_at<Acc>(base, lay, C), kDecayRows, C);
-    return chunk_decay(m, rows, views, bb, t0, L, h);
+  if constexpr (kForm != DecayForm::none) {
+    return chunk_decay(m, decay_tile_at<Acc>(base, lay, kForm, C, DK), views, bb, t0, L, h);
   } else {
     return NoDecay{};
   }
 }
 
 template <class In, class Acc>
-Layout make_layout(int C, int DK, int W, bool gated = false) {
+Layout make_layout(int C, int DK, int W, DecayForm form = DecayForm::none) {
   Layout l;
   l.q_stride = padded_stride(DK);
   l.kt_stride = padded_stride(C);
@@ -134,7 +138,7 @@ Layout make_layout(int C, int DK, int W, bool gated = false) {
   const std::size_t r1 = align16(std::max(q, a)), r2 = align16(std::max(kt, st));
   l.r2 = r1;
   l.r3 = r1 + r2;
-  l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + (gated ? decay_rows_bytes<Acc>(C) : 0);
+  l.bytes = r1 + r2 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + decay_tile_bytes<Acc>(form, C, DK);
   return l;
 }
 
@@ -142,14 +146,14 @@ Layout make_layout(int C, int DK, int W, bool gated = false) {
 // after it, no R1 (about 22 KB for bf16 at chunk 64, DK 128, W 32, against
 // 37 KB for the full layout: more teams fit an SM); a gate's decay rows last.
 template <class In, class Acc>
-Layout make_state_pass_layout(int C, int DK, int W, bool gated = false) {
+Layout make_state_pass_layout(int C, int DK, int W, DecayForm form = DecayForm::none) {
   Layout l{};
   l.q_stride = padded_stride(DK);
   l.v_stride = padded_stride(W);
   l.r2 = 0;
   // one quad of slack: the 8-row tiles read up to 4 elements past round4(DK) in the last row
   l.r3 = align16((std::size_t(C) * l.q_stride + kTile) * sizeof(In));
-  l.bytes = l.r3 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + (gated ? decay_rows_bytes<Acc>(C) : 0);
+  l.bytes = l.r3 + align16(std::size_t(C) * l.v_stride * sizeof(In)) + decay_tile_bytes<Acc>(form, C, DK);
   return l;
 }
 
@@ -158,8 +162,8 @@ Layout make_state_pass_layout(int C, int DK, int W, bool gated = false) {
 // scratch (block_dv > 0 asks for one width); when no width fits level 0 (fp32
 // and fp64 inputs stage 4-8 byte tiles), the widest that fits the team, on
 // level 1. team_size 0 takes the smallest team (a multiple of 32) that holds
-// every tile; on a host backend the team is one thread. `gated`: the layouts
-// carry the decay rows, so that a gate may narrow the width, move it to level
+// every tile; on a host backend the team is one thread. `form`: the layouts
+// carry the decay tile, so that a gate may narrow the width, move it to level
 // 1 or leave no plan.
 struct Plan {
   ScratchPlan scratch;
@@ -168,7 +172,7 @@ struct Plan {
 };
 
 template <class In, class Acc>
-Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size, bool gated = false) {
+Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size, DecayForm form = DecayForm::none) {
   const int C = static_cast<int>(p.chunk), DK = static_cast<int>(p.DK), DV = static_cast<int>(p.DV);
   std::vector<int> widths;
   if (block_dv > 0) {
@@ -184,7 +188,7 @@ Plan make_plan(const Problem& p, std::int64_t block_dv, int team_size, bool gate
   auto need = [](int tiles_, int slots) { return (tiles_ + slots - 1) / slots; };
   Plan level1, none;
   for (int w : widths) {
-    const std::size_t bytes = make_layout<In, Acc>(C, DK, w, gated).bytes + kScratchAlignment;
+    const std::size_t bytes = make_layout<In, Acc>(C, DK, w, form).bytes + kScratchAlignment;
     const int needed = std::max({need(tiles(DK) * tiles(w), kStateSlots), need(tiles(C) * tiles(C), kScoreSlots),
                                  need(tiles(C) * tiles(w), kOutputSlots)});
     const int ts = team_size > 0 ? team_size : (host_execution ? 1 : (needed + 31) / 32 * 32);
@@ -377,6 +381,29 @@ struct ChunkTiles {
     }
   }
 
+  // Per key channel (gk): add_state_update with key j's channel d weighted by
+  // exp(b_Ld - b_jd) (register_gate.hpp), the weights meeting the widened K^T
+  // quads as in add_decayed_state_update. Rows past DK are zero and have no b.
+  KOKKOS_INLINE_FUNCTION void add_channel_decayed_state_update(RegTile<Acc>& ds, int tile, int L4,
+                                                               const ChunkDecay<Acc>& decay) const {
+    if (tile < 0) return;
+    const int dr = R * (tile / wt), jc = R * (tile % wt), rows = DK - dr < R ? DK - dr : R;
+    Acc last[R];
+    for (int x = 0; x < rows; ++x) last[x] = decay.b(decay.L - 1, dr + x);
+    for (int t = 0; t < L4; t += R) {
+      Quad<In> kq[R], vq[R];
+      for (int x = 0; x < R; ++x) kq[x] = load_quad(kt_s + (dr + x) * ks + t);
+      for (int e = 0; e < R; ++e) vq[e] = load_quad(v_s + (t + e) * vs + jc);
+      Acc kf[R][R];
+      for (int x = 0; x < R; ++x)
+        for (int e = 0; e < R; ++e)
+          kf[x][e] = x < rows ? to_acc<Acc>(kq[x].v[e]) * kernel_exp(last[x] - decay.b(t + e, dr + x)) : Acc(0);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) ds[x][y] += kf[x][e] * to_acc<Acc>(vq[e].v[y]);
+    }
+  }
+
   // s += K^T V over the chunk's first L4 keys for the RX x 4 tile at state
   // rows dr.., columns jc.. (RX a multiple of 4), with K staged by rows
   // (stage_k_rows): the state pass's product. Each key's K and V quads are
@@ -422,6 +449,32 @@ struct ChunkTiles {
     }
   }
 
+  // Per key channel (gk): add_state_update_rows with key j's channel d
+  // weighted by exp(b_Ld - b_jd), K staged by rows (stage_k_rows).
+  template <int RX>
+  KOKKOS_INLINE_FUNCTION void add_channel_decayed_state_update_rows(Acc (&s)[RX][R], int dr, int jc, int L4,
+                                                                    const ChunkDecay<Acc>& decay) const {
+    const int rows = DK - dr < RX ? DK - dr : RX;
+    Acc last[RX];
+    for (int x = 0; x < rows; ++x) last[x] = decay.b(decay.L - 1, dr + x);
+    for (int t = 0; t < L4; t += R) {
+      Acc kf[R][RX], vf[R][R];
+      for (int e = 0; e < R; ++e) {
+        for (int xq = 0; xq < RX; xq += R) {
+          const Quad<In> kq = load_quad(kt_s + (t + e) * qs + dr + xq);
+          for (int x = 0; x < R; ++x) kf[e][xq + x] = to_acc<Acc>(kq.v[x]);
+        }
+        for (int x = 0; x < RX; ++x)
+          kf[e][x] = x < rows ? kf[e][x] * kernel_exp(last[x] - decay.b(t + e, dr + x)) : Acc(0);
+        const Quad<In> vq = load_quad(v_s + (t + e) * vs + jc);
+        for (int y = 0; y < R; ++y) vf[e][y] = to_acc<Acc>(vq.v[y]);
+      }
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < RX; ++x)
+          for (int y = 0; y < R; ++y) s[x][y] += kf[e][x] * vf[e][y];
+    }
+  }
+
   // Whether score tile `tile` is computed and read: on or below the diagonal, rows before L.
   KOKKOS_INLINE_FUNCTION bool score_needed(int tile, int L) const {
     if (tile < 0) return false;
@@ -453,6 +506,41 @@ struct ChunkTiles {
   }
 
 
+  // Per key channel (gk): a = scale sum_d q_id k_jd exp(b_id - b_jd) for
+  // j <= i, zero above the diagonal. Below the diagonal tile every key j of
+  // the tile precedes every row i, and the factor splits at the tile's last
+  // key r: exp(b_id - b_rd) exp(b_rd - b_jd), both <= 1 (never overflowing,
+  // fading to 0 as the true factor does), 8 exps per channel for 16
+  // products. The diagonal tile takes one exp per score and channel, masked.
+  KOKKOS_INLINE_FUNCTION void channel_scores(RegTile<Acc>& a, int tile, int L, Acc scale,
+                                             const ChunkDecay<Acc>& decay) const {
+    zero(a);
+    if (!score_needed(tile, L)) return;
+    const int ir = R * (tile / ct), tc = R * (tile % ct);
+    if (tc < ir) {
+      const int r = tc + R - 1;
+      for (int d = 0; d < DK; ++d) {
+        const Acc br = decay.b(r, d);
+        const Quad<In> kq = load_quad(kt_s + d * ks + tc);
+        Acc qf[R], kf[R];
+        for (int x = 0; x < R; ++x) qf[x] = to_acc<Acc>(q_s[(ir + x) * qs + d]) * kernel_exp(decay.b(ir + x, d) - br);
+        for (int y = 0; y < R; ++y) kf[y] = to_acc<Acc>(kq.v[y]) * kernel_exp(br - decay.b(tc + y, d));
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) a[x][y] += qf[x] * kf[y];
+      }
+    } else {
+      for (int d = 0; d < DK; ++d) {
+        const Quad<In> kq = load_quad(kt_s + d * ks + tc);
+        for (int x = 0; x < R; ++x) {
+          const Acc q = to_acc<Acc>(q_s[(ir + x) * qs + d]), bi = decay.b(ir + x, d);
+          for (int y = 0; y <= x; ++y) a[x][y] += q * to_acc<Acc>(kq.v[y]) * kernel_exp(bi - decay.b(tc + y, d));
+        }
+      }
+    }
+    for (int x = 0; x < R; ++x)
+      for (int y = 0; y < R; ++y) a[x][y] = tc + y <= ir + x ? scale * a[x][y] : Acc(0);
+  }
+
   // R2 (after K^T's last read) takes state tile `tile` from registers.
   KOKKOS_INLINE_FUNCTION void publish_state(const RegTile<Acc>& s, int tile) const {
     if (tile < 0) return;
@@ -478,6 +566,31 @@ struct ChunkTiles {
       for (int e = 0; e < R; ++e)
         for (int x = 0; x < R; ++x)
           for (int y = 0; y < R; ++y) o[x][y] += to_acc<Acc>(qq[x].v[e]) * sq[e].v[y];
+    }
+  }
+
+  // Per key channel (gk): o = (Q .* exp(b)) S (S from R2) for output tile
+  // `tile`, q_id by exp(b_id) as it is widened. A step of its own beside
+  // output_from_state, as the gated state updates are, so that level 1's stays
+  // the code it was.
+  KOKKOS_INLINE_FUNCTION void channel_output_from_state(RegTile<Acc>& o, int tile, int L,
+                                                        const ChunkDecay<Acc>& decay) const {
+    zero(o);
+    if (tile < 0) return;
+    const int ir = R * (tile / wt), jc = R * (tile % wt);
+    if (ir >= L) return;
+    for (int d = 0; d < DK4; d += R) {
+      Quad<In> qq[R];
+      Quad<Acc> sq[R];
+      for (int x = 0; x < R; ++x) qq[x] = load_quad(q_s + (ir + x) * qs + d);
+      for (int e = 0; e < R; ++e) sq[e] = load_quad(s_s + (d + e) * ss + jc);
+      Acc qf[R][R];
+      for (int x = 0; x < R; ++x)
+        for (int e = 0; e < R; ++e)
+          qf[x][e] = d + e < DK ? to_acc<Acc>(qq[x].v[e]) * kernel_exp(decay.b(ir + x, d + e)) : Acc(0);
+      for (int e = 0; e < R; ++e)
+        for (int x = 0; x < R; ++x)
+          for (int y = 0; y < R; ++y) o[x][y] += qf[x][e] * sq[e].v[y];
     }
   }
 
@@ -526,17 +639,26 @@ struct ChunkTiles {
   }
 
   // The end of a chunk's output, with the state in R2 and this thread's score
-  // tiles in `a`: O = Q S (Q's last reads), A into R1, O = scale O + A V stored
-  // into out(b, t0 + row, h, d0 + column).
-  template <int kA, int kO, class View4>
-  KOKKOS_INLINE_FUNCTION void outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
-                                      const View4& out, int b, int t0, int h, int d0, bool quad) const {
+  // tiles in `a`: O = Q S by from_state(o, tile) (Q's last reads), A into R1,
+  // O = scale O + A V stored into out(b, t0 + row, h, d0 + column).
+  template <int kA, int kO, class View4, class FromState>
+  KOKKOS_INLINE_FUNCTION void outputs_with(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                           const View4& out, int b, int t0, int h, int d0, bool quad,
+                                           const FromState& from_state) const {
     RegTile<Acc> o[kO];
-    for (int u = 0; u < kO; ++u) output_from_state(o[u], my_tile(u, output_tiles), L);
+    for (int u = 0; u < kO; ++u) from_state(o[u], my_tile(u, output_tiles));
     m.team_barrier();  // Q is no longer read: R1 takes the scores
     for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
     m.team_barrier();
     for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+  }
+
+  // Level 1's outputs.
+  template <int kA, int kO, class View4>
+  KOKKOS_INLINE_FUNCTION void outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                      const View4& out, int b, int t0, int h, int d0, bool quad) const {
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad,
+                         [&](RegTile<Acc>& o, int tile) { output_from_state(o, tile, L); });
   }
 
   // The gated outputs: the rows of Q S by exp(b_i) before the scores (decayed
@@ -546,16 +668,20 @@ struct ChunkTiles {
   KOKKOS_INLINE_FUNCTION void decayed_outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
                                               const View4& out, int b, int t0, int h, int d0, bool quad,
                                               const ChunkDecay<Acc>& decay) const {
-    RegTile<Acc> o[kO];
-    for (int u = 0; u < kO; ++u) {
-      const int tile = my_tile(u, output_tiles);
-      output_from_state(o[u], tile, L);
-      if (tile >= 0) decay_rows(o[u], decay, R * (tile / wt));
-    }
-    m.team_barrier();  // Q is no longer read: R1 takes the scores
-    for (int u = 0; u < kA; ++u) publish_scores(a[u], my_tile(u, score_tiles), L);
-    m.team_barrier();
-    for (int u = 0; u < kO; ++u) finish_output(o[u], my_tile(u, output_tiles), L, scale, out, b, t0, h, d0, quad);
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad, [&](RegTile<Acc>& o, int tile) {
+      output_from_state(o, tile, L);
+      if (tile >= 0) decay_rows(o, decay, R * (tile / wt));
+    });
+  }
+
+  // Per key channel (gk): Q S taken as (Q .* exp(b)) S, the scores already
+  // decayed (channel_scores).
+  template <int kA, int kO, class View4>
+  KOKKOS_INLINE_FUNCTION void channel_decayed_outputs(const Member& m, const RegTile<Acc> (&a)[kA], int L, Acc scale,
+                                                      const View4& out, int b, int t0, int h, int d0, bool quad,
+                                                      const ChunkDecay<Acc>& decay) const {
+    outputs_with<kA, kO>(m, a, L, scale, out, b, t0, h, d0, quad,
+                         [&](RegTile<Acc>& o, int tile) { channel_output_from_state(o, tile, L, decay); });
   }
 };
 
