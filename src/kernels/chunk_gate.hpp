@@ -14,6 +14,7 @@
 // strong: a factor below fp32's range is 0, as the true one nearly is.
 #pragma once
 
+#include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "kernels/execution.hpp"
 
@@ -43,6 +44,9 @@ struct ChunkDecay {
 // g_gamma), channels (gk). The register-blocked kernels take it as a template
 // argument, an instantiation per form.
 enum class DecayForm { none, scalar, channels };
+inline DecayForm decay_form(GateKind gate) {
+  return channel_gate(gate) ? DecayForm::channels : gate != GateKind::none ? DecayForm::scalar : DecayForm::none;
+}
 template <class Views>
 KOKKOS_INLINE_FUNCTION DecayForm decay_form(const Views& views) {
   return views.channel_gated() ? DecayForm::channels : views.gated() ? DecayForm::scalar : DecayForm::none;

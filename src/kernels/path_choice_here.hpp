@@ -54,11 +54,7 @@ PathFacts path_facts_here(const Problem& p, const ForwardConfig& config) {
   // as the kernel's kOneStateTile (cuda/fused_tensor_core.hpp, the launcher)
   f.one_state_tile = !config.output_fp32 && !(f.input == DType::f16 && config.snapshots == SnapshotMode::bf16);
   f.register_plan_refusal =
-      register_tiles::make_plan<In, Acc>(p, config.block_dv, config.team_size,
-                                         f.channel_gated ? DecayForm::channels
-                                         : f.gated       ? DecayForm::scalar
-                                                         : DecayForm::none)
-          .unavailable;
+      register_tiles::make_plan<In, Acc>(p, config.block_dv, config.team_size, decay_form(config.gate)).unavailable;
   return f;
 }
 
