@@ -17,6 +17,7 @@
 #include "core/gate.hpp"
 #include "core/problem.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/host_exp.hpp"
 
 #include <cstdint>
 
@@ -94,9 +95,16 @@ KOKKOS_INLINE_FUNCTION ChunkDecay<Acc> chunk_decay(const Member& m, const Tile<A
       for (int i = 0; i < C; ++i) {
         if (i < L) s += views.gk(bb, t0 + i, h, c);
         b(i, c) = s;
-        if constexpr (host_execution) b(C + i, c) = kernel_exp(i > 0 ? s - b(i - 1, c) : s);
       }
     });
+    if constexpr (host_execution) {  // the walk's steps exp(b_i - b_{i-1}), a row at a time
+      m.team_barrier();
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(m, C), [&](const int i) {
+        Acc* __restrict step = &b(C + i, 0);
+        for (int c = 0; c < DK; ++c) step[c] = i > 0 ? b(i, c) - b(i - 1, c) : b(0, c);
+        exp_in_place(step, DK);
+      });
+    }
     return d;
   }
   Kokkos::single(Kokkos::PerTeam(m), [&]() {
@@ -179,20 +187,40 @@ KOKKOS_INLINE_FUNCTION void decay_key_rows(const Member& m, const ChunkDecay<Acc
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void decay_query_channels(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& Q) {
   const int rows = static_cast<int>(Q.extent(0)), cols = static_cast<int>(Q.extent(1));
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) {
-    const int i = e / cols, c = e % cols;
-    Q(i, c) *= kernel_exp(d.b(i, c));
-  });
+  if constexpr (host_execution) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows),
+                         [&](const int i) { scale_by_exp(&Q(i, 0), &d.b(i, 0), nullptr, cols); });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, rows * cols), [&](const int e) {
+      const int i = e / cols, c = e % cols;
+      Q(i, c) *= kernel_exp(d.b(i, c));
+    });
+  }
+}
+
+// sum_c x_c y_c in kLanes partial sums, so that the compiler can keep them in
+// vector registers (one running sum cannot be reordered without fast-math).
+template <class Acc>
+KOKKOS_INLINE_FUNCTION Acc lane_dot(const Acc* __restrict x, const Acc* __restrict y, int n) {
+  constexpr int kLanes = 16;
+  Acc lanes[kLanes] = {};
+  int c = 0;
+  for (; c + kLanes <= n; c += kLanes)
+    for (int l = 0; l < kLanes; ++l) lanes[l] += x[c + l] * y[c + l];
+  for (int l = 0; c < n; ++c, ++l) lanes[l] += x[c] * y[c];
+  for (int w = kLanes / 2; w > 0; w /= 2)
+    for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
+  return lanes[0];
 }
 
 // Per channel: A_ij = j <= i ? scale sum_d Q_id K_jd exp(b_id - b_jd) : 0.
 // Devices take one exp per score and channel, every score in parallel. Host
-// threads walk each row from the diagonal to the left with the running factors
-// w_d = exp(b_id - b_jd) in the tile's last C rows, times exp(gk_{j+1}d) per
-// step (chunk_decay's): no exp per score, as the scalar gate's decay_scores
-// does; each factor is <= 1, so w never
-// overflows and fades to zero as the true one does (up to 2 (i - j)
-// roundings: fp32 7.5e-6 relative at i - j = 63).
+// threads walk each row from the diagonal to the left with the running
+// products p_d = Q_id exp(b_id - b_jd) in the tile's last C rows, times
+// exp(gk_{j+1}d) per step (chunk_decay's): no exp per score, as the scalar
+// gate's decay_scores does, and each score one dot product (lane_dot). Each
+// factor is <= 1, so p never overflows and fades to zero as the true one
+// does (up to 2 (i - j) roundings: fp32 7.5e-6 relative at i - j = 63).
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void decay_channel_scores(const Member& m, const ChunkDecay<Acc>& d, Acc scale,
                                                  const Tile<Acc>& Q, const Tile<Acc>& K, const Tile<Acc>& A) {
@@ -200,18 +228,15 @@ KOKKOS_INLINE_FUNCTION void decay_channel_scores(const Member& m, const ChunkDec
   if constexpr (host_execution) {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(m, n), [&](const int i) {
       for (int j = i + 1; j < n; ++j) A(i, j) = Acc(0);
-      Acc* __restrict w = &d.b(2 * n + i, 0);
+      Acc* __restrict p = &d.b(2 * n + i, 0);  // q_id exp(b_id - b_jd), walked left from j = i
       const Acc* __restrict qi = &Q(i, 0);
-      for (int c = 0; c < DK; ++c) w[c] = Acc(1);
+      for (int c = 0; c < DK; ++c) p[c] = qi[c];
       for (int j = i; j >= 0; --j) {
-        const Acc* __restrict kj = &K(j, 0);
         if (j < i) {
           const Acc* __restrict step = &d.b(n + j + 1, 0);  // exp(gk_{j+1})
-          for (int c = 0; c < DK; ++c) w[c] *= step[c];
+          for (int c = 0; c < DK; ++c) p[c] *= step[c];
         }
-        Acc sum = Acc(0);
-        for (int c = 0; c < DK; ++c) sum += qi[c] * kj[c] * w[c];
-        A(i, j) = scale * sum;
+        A(i, j) = scale * lane_dot(p, &K(j, 0), DK);
       }
     });
   } else {
@@ -230,10 +255,15 @@ KOKKOS_INLINE_FUNCTION void decay_channel_scores(const Member& m, const ChunkDec
 template <class Acc>
 KOKKOS_INLINE_FUNCTION void decay_key_channels(const Member& m, const ChunkDecay<Acc>& d, const Tile<Acc>& X) {
   const int DK = static_cast<int>(X.extent(1)), last = d.L - 1;
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L * DK), [&](const int e) {
-    const int j = e / DK, c = e % DK;
-    X(j, c) *= kernel_exp(d.b(last, c) - d.b(j, c));
-  });
+  if constexpr (host_execution) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L),
+                         [&](const int j) { scale_by_exp(&X(j, 0), &d.b(last, 0), &d.b(j, 0), DK); });
+  } else {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, d.L * DK), [&](const int e) {
+      const int j = e / DK, c = e % DK;
+      X(j, c) *= kernel_exp(d.b(last, c) - d.b(j, c));
+    });
+  }
 }
 
 // Per channel: the state's row d (a key channel) by exp(b_Ld).
