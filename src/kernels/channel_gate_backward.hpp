@@ -16,6 +16,7 @@
 
 #include "kernels/chunk_gate.hpp"
 #include "kernels/execution.hpp"
+#include "kernels/host_exp.hpp"
 
 namespace linattn {
 
@@ -92,6 +93,29 @@ KOKKOS_INLINE_FUNCTION void store_channel_gate_gradient(const Member& m, const C
                                                         const Tile<Acc>& dK, const Tile<Acc>& V, const Tile<Acc>& Hc,
                                                         const Tile<Acc>& dS, const DgkView& dgk, int bb, int t0, int h) {
   const int DK = static_cast<int>(Q.extent(1)), DV = static_cast<int>(V.extent(1)), L = d.L;
+  if constexpr (host_execution) {
+    // The decayed keys k_td exp(b_Ld - b_td) a row at a time (vectorized exps)
+    // into the walk rows of the decay tile, free here; then each channel's
+    // dots over DV as lane_dot's vector sums.
+    const int C = static_cast<int>(d.b.extent(0)) / 3;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, L), [&](const int t) {
+      Acc* __restrict kd = &d.b(2 * C + t, 0);
+      for (int c = 0; c < DK; ++c) kd[c] = K(t, c);
+      scale_by_exp(kd, &d.b(L - 1, 0), &d.b(t, 0), DK);
+    });
+    m.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int c) {
+      const Acc* __restrict ds = &dS(c, 0);
+      Acc s = kernel_exp(d.b(L - 1, c)) * lane_dot(&Hc(c, 0), ds, DV);
+      for (int t = 0; t < L; ++t) s += d.b(2 * C + t, c) * lane_dot(&V(t, 0), ds, DV);
+      for (int t = L - 1; t >= 0; --t) {
+        s += Q(t, c) * dQ(t, c) - K(t, c) * dK(t, c);
+        dgk(bb, t0 + t, h, c) = s;
+      }
+    });
+    m.team_barrier();  // the walk rows are the next step's (decay_channel_scores)
+    return;
+  }
   Kokkos::parallel_for(Kokkos::TeamThreadRange(m, DK), [&](const int c) {
     const Acc bl = d.b(L - 1, c);
     Acc hs = Acc(0);
