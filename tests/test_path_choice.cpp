@@ -376,9 +376,9 @@ TEST(PathChoice, GatesRunOnTeamPolicyRegisterAndTensorCoreKernels) {
 }
 
 // GLA's gk: tensor cores over whole or split sequences (the segment sums
-// carry its per-channel decays); without tensor cores the TeamPolicy kernel
-// (the register-blocked kernels run gk when asked for, but auto does not pick
-// them: not yet timed on a GPU, slower on the host; path_choice.cpp).
+// carry its per-channel decays); without tensor cores the register-blocked
+// kernels where their plan fits (faster on a GPU; path_choice.cpp), else the
+// TeamPolicy kernel.
 TEST(PathChoice, ChannelGateRunsOnTensorCoresWholeOrSplit) {
   PathFacts f = on_cuda();
   f.gated = true;
@@ -397,16 +397,16 @@ TEST(PathChoice, ChannelGateRunsOnTensorCoresWholeOrSplit) {
   f.segments = 0;
   EXPECT_EQ(path_of(f), GemmPath::tensor_core);
   f.requested = GemmPath::automatic;
-  f.input = DType::f64;  // no tensor cores: the TeamPolicy kernel
-  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
-  f.requested = GemmPath::registers;  // asked for, the register-blocked kernels
+  f.input = DType::f64;  // no tensor cores: the register-blocked kernels
+  EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.requested = GemmPath::registers;
   EXPECT_EQ(path_of(f), GemmPath::registers);
   f.register_plan_refusal = "the tiles need more team scratch than the backend offers";
   EXPECT_TRUE(contains(refusal_of(f), "more team scratch")) << refusal_of(f);
-  f.channel_gated = false;  // a scalar gate there: auto takes the register-blocked kernels when they fit
-  f.register_plan_refusal.clear();
-  f.requested = GemmPath::automatic;
-  EXPECT_EQ(path_of(f), GemmPath::registers);
+  f.requested = GemmPath::automatic;  // where they do not fit, the TeamPolicy kernel
+  EXPECT_EQ(path_of(f), GemmPath::kokkos_kernels);
+  f.backend = Backend::host;  // on the host, the host tile GEMM
+  EXPECT_EQ(path_of(f), GemmPath::host_tile);
 }
 
 TEST(PathChoice, Fp64WithTensorCoreIsRefused) {
