@@ -1,5 +1,7 @@
 // The host's vectorized exp (src/kernels/host_exp.hpp) against std::exp in
-// double, over the range the gates use (x <= 0) and the edges of fp32's.
+// double, over the range the gates use (x <= 0) and the edges of fp32's; and
+// lane_dot (chunk_gate.hpp), the host gate steps' dot product.
+#include "kernels/chunk_gate.hpp"
 #include "kernels/host_exp.hpp"
 
 #include <gtest/gtest.h>
@@ -75,6 +77,26 @@ TEST(HostExp, ScaleByExpIsTheProductWithTheDifferencesExp) {
   scale_by_exp(yd.data(), ad.data(), bd.data(), 2);
   EXPECT_EQ(yd[0], 0.5 * std::exp(-1.0));
   EXPECT_EQ(yd[1], -2.0 * std::exp(-2.0));
+}
+
+// Every length: none, the tail alone, whole lanes, lanes and a tail; within
+// fp32 rounding of the exact sum (the order differs from a running sum).
+TEST(LaneDot, IsTheDotProductAtEveryLength) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int n : {0, 1, 7, 15, 16, 17, 31, 32, 33, 64, 100, 256}) {
+    std::vector<float> x(n), y(n);
+    double exact = 0, magnitude = 0;
+    for (int i = 0; i < n; ++i) {
+      x[i] = u(rng);
+      y[i] = u(rng);
+      exact += double(x[i]) * y[i];
+      magnitude += std::fabs(double(x[i]) * y[i]);
+    }
+    EXPECT_NEAR(lane_dot(x.data(), y.data(), n), exact, 4 * FLT_EPSILON * magnitude) << "n " << n;
+  }
+  const std::vector<double> a = {1.0, 2.0, 3.0}, b = {0.5, 0.25, 2.0};
+  EXPECT_EQ(lane_dot(a.data(), b.data(), 3), 7.0);
 }
 
 }  // namespace

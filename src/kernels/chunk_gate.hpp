@@ -202,15 +202,18 @@ KOKKOS_INLINE_FUNCTION void decay_query_channels(const Member& m, const ChunkDec
 // vector registers (one running sum cannot be reordered without fast-math).
 template <class Acc>
 KOKKOS_INLINE_FUNCTION Acc lane_dot(const Acc* __restrict x, const Acc* __restrict y, int n) {
-  constexpr int kLanes = 16;
+  constexpr int kLanes = 16;  // the folds below are written for 16
   Acc lanes[kLanes] = {};
   int c = 0;
   for (; c + kLanes <= n; c += kLanes)
     for (int l = 0; l < kLanes; ++l) lanes[l] += x[c + l] * y[c + l];
-  for (int l = 0; c < n; ++c, ++l) lanes[l] += x[c] * y[c];
-  for (int w = kLanes / 2; w > 0; w /= 2)
-    for (int l = 0; l < w; ++l) lanes[l] += lanes[l + w];
-  return lanes[0];
+  Acc tail = Acc(0);  // apart, so that every lane index is a constant and the lanes stay in registers
+  for (; c < n; ++c) tail += x[c] * y[c];
+  // halves folded with constant trip counts (a loop over the width kept the lanes in memory)
+  for (int l = 0; l < 8; ++l) lanes[l] += lanes[l + 8];
+  for (int l = 0; l < 4; ++l) lanes[l] += lanes[l + 4];
+  for (int l = 0; l < 2; ++l) lanes[l] += lanes[l + 2];
+  return (lanes[0] + lanes[1]) + tail;
 }
 
 // Per channel: A_ij = j <= i ? scale sum_d Q_id K_jd exp(b_id - b_jd) : 0.

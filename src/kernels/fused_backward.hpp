@@ -191,6 +191,21 @@ struct FusedBackward : KernelShape {
                                              int L) const {
     const Acc last = d.b(1, L - 1);  // exp(b_L)
     Acc sum = Acc(0);
+    if constexpr (host_execution) {
+      // A key channel i at a time: exp(b_L) <h[c]_i, dS_i> + sum_t w_t k_ti (v_t . dS_i),
+      // each dot over DV as lane_dot's vector sums (the loop over t below walks
+      // K's column and V's rows; one running sum over t per element did not vectorize).
+      Kokkos::parallel_reduce(
+          Kokkos::TeamThreadRange(m, DK),
+          [&](const int i, Acc& acc) {
+            const Acc* __restrict ds = &dS(i, 0);
+            Acc s = last * lane_dot(&Hc(i, 0), ds, DV);
+            for (int t = 0; t < L; ++t) s += d.b(2, t) * K(t, i) * lane_dot(&V(t, 0), ds, DV);
+            acc += s;
+          },
+          sum);
+      return sum;
+    }
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(m, DK * DV),
         [&](const int e, Acc& acc) {
