@@ -236,18 +236,22 @@ CaseSchema inspect_case(hid_t id, const std::string& file, const std::string& gr
   return schema;
 }
 
+std::int64_t nonfinite_count(const void* data, DType dtype, std::int64_t n) {
+  switch (dtype) {
+    case DType::f16: return count_nonfinite<std::uint16_t, 0x7c00u>(data, n);
+    case DType::bf16: return count_nonfinite<std::uint16_t, 0x7f80u>(data, n);
+    case DType::f32: return count_nonfinite<std::uint32_t, 0x7f800000u>(data, n);
+    case DType::f64: return count_nonfinite<std::uint64_t, 0x7ff0000000000000ull>(data, n);
+  }
+  return 0;
+}
+
 void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>& shape,
                   const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
                   const std::string& window) {
   std::int64_t n = 1;
   for (std::int64_t d : shape) n *= d;
-  std::int64_t count = 0;
-  switch (dtype) {
-    case DType::f16: count = count_nonfinite<std::uint16_t, 0x7c00u>(data, n); break;
-    case DType::bf16: count = count_nonfinite<std::uint16_t, 0x7f80u>(data, n); break;
-    case DType::f32: count = count_nonfinite<std::uint32_t, 0x7f800000u>(data, n); break;
-    case DType::f64: count = count_nonfinite<std::uint64_t, 0x7ff0000000000000ull>(data, n); break;
-  }
+  const std::int64_t count = nonfinite_count(data, dtype, n);
   if (count == 0) return;
   // Only now, on the failure path, find the first one element by element.
   const std::size_t size = dtype_size(dtype);

@@ -63,6 +63,10 @@ void check_finite(const void* data, DType dtype, const std::vector<std::int64_t>
                   const std::vector<std::int64_t>& origin, const std::string& file, const std::string& path,
                   const std::string& window = "");
 
+// How many of the `n` elements of `dtype` at `data` are NaN or Inf (the
+// fast test beside check_finite, which names the first one).
+std::int64_t nonfinite_count(const void* data, DType dtype, std::int64_t n);
+
 struct ReadOptions {
   bool allow_nonfinite = false;  // accept NaN and Inf elements
 };

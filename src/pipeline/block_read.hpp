@@ -46,6 +46,16 @@ class OpenDatasets {
   std::map<std::pair<std::string, std::string>, hdf5::Dataset> datasets_;
 };
 
+// Reads the block `start`/`count` of a [rows, tokens, ...] dataset into dst
+// (row-major, as one hdf5::read_block would) a row and at most
+// kCachedBlockBytes at a time, and returns how many of its elements are NaN or
+// Inf, each piece counted right after its read, while it is still in cache
+// (the whole block counted after the read came back from memory a second time).
+constexpr std::int64_t kCachedBlockBytes = std::int64_t(512) << 10;
+std::int64_t read_counting_nonfinite(hid_t dataset, hid_t memory_type, DType dtype,
+                                     const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
+                                     unsigned char* dst, const std::string& file, const std::string& path);
+
 // Reads every block into region + its offset, in order, and checks it. Throws
 // FileError (naming the file, the dataset and the element) or
 // std::runtime_error for a block outside the region.

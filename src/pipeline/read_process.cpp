@@ -7,6 +7,7 @@
 #include "io/hdf5_file.hpp"
 #include "io/hdf5_types.hpp"
 #include "io/input_file.hpp"
+#include "pipeline/block_read.hpp"
 #include "pipeline/read_protocol.hpp"
 
 #include <dirent.h>
@@ -181,9 +182,18 @@ class Worker {
       const std::string path = dataset_path(c.group, p.name);
       if (!p.ds->valid()) throw FileError(c.file, path, "missing");
       unsigned char* dst = at(p.offset, bytes);
-      hdf5::read_block(p.ds->get(), p.type, p.start, p.count, dst, c.file, path);
       const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
       const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
+      if (p.along_t && !p.log_decays && !c.allow_nonfinite) {
+        // q, k, v: read and test in cache-sized blocks, so that the finiteness
+        // test reads each block from cache instead of the window again from
+        // memory; only a window with a NaN or Inf takes the full check, for its
+        // message (the count and the first one).
+        if (read_counting_nonfinite(p.ds->get(), p.type, p.dtype, p.start, p.count, dst, c.file, path) > 0)
+          check_finite(dst, p.dtype, shape, origin, c.file, path, window);
+        continue;
+      }
+      hdf5::read_block(p.ds->get(), p.type, p.start, p.count, dst, c.file, path);
       if (p.log_decays) check_log_decays(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
       else if (!c.allow_nonfinite) check_finite(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
     }
