@@ -53,6 +53,14 @@ std::int64_t read_counting_nonfinite(hid_t dataset, hid_t memory_type, DType dty
   return nonfinite;
 }
 
+void read_finite_block(hid_t dataset, hid_t memory_type, DType dtype, const std::vector<hsize_t>& start,
+                       const std::vector<hsize_t>& count, unsigned char* dst, const std::string& file,
+                       const std::string& path, const std::string& window) {
+  if (read_counting_nonfinite(dataset, memory_type, dtype, start, count, dst, file, path) == 0) return;
+  check_finite(dst, dtype, std::vector<std::int64_t>(count.begin(), count.end()),
+               std::vector<std::int64_t>(start.begin(), start.end()), file, path, window);
+}
+
 void read_blocks(const std::vector<BlockRead>& blocks, unsigned char* region, std::int64_t region_bytes,
                  OpenDatasets& open) {
   for (const BlockRead& b : blocks) {
@@ -62,9 +70,8 @@ void read_blocks(const std::vector<BlockRead>& blocks, unsigned char* region, st
     unsigned char* dst = region + b.offset;
     const hdf5::Datatype type = hdf5::datatype_of(b.dtype);
     const std::vector<hsize_t> start(b.start.begin(), b.start.end()), count(b.count.begin(), b.count.end());
-    if (b.check == BlockCheck::finite && count.size() >= 2) {  // in cache-sized pieces; the message from the whole block
-      if (read_counting_nonfinite(open.dataset(b.file, b.path), type.get(), b.dtype, start, count, dst, b.file, b.path) > 0)
-        check_finite(dst, b.dtype, b.count, b.start, b.file, b.path, b.window);
+    if (b.check == BlockCheck::finite && count.size() >= 2) {
+      read_finite_block(open.dataset(b.file, b.path), type.get(), b.dtype, start, count, dst, b.file, b.path, b.window);
       continue;
     }
     hdf5::read_block(open.dataset(b.file, b.path), type.get(), start, count, dst, b.file, b.path);

@@ -56,6 +56,13 @@ std::int64_t read_counting_nonfinite(hid_t dataset, hid_t memory_type, DType dty
                                      const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
                                      unsigned char* dst, const std::string& file, const std::string& path);
 
+// Reads the block as read_counting_nonfinite does and, where it holds a NaN or
+// Inf, throws check_finite's FileError for the whole block (its count and the
+// first one, with `window` appended): the one way q, k, v and do are read.
+void read_finite_block(hid_t dataset, hid_t memory_type, DType dtype, const std::vector<hsize_t>& start,
+                       const std::vector<hsize_t>& count, unsigned char* dst, const std::string& file,
+                       const std::string& path, const std::string& window);
+
 // Reads every block into region + its offset, in order, and checks it. Throws
 // FileError (naming the file, the dataset and the element) or
 // std::runtime_error for a block outside the region.

@@ -184,13 +184,8 @@ class Worker {
       unsigned char* dst = at(p.offset, bytes);
       const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
       const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
-      if (p.along_t && !p.log_decays && !c.allow_nonfinite) {
-        // q, k, v: read and test in cache-sized blocks, so that the finiteness
-        // test reads each block from cache instead of the window again from
-        // memory; only a window with a NaN or Inf takes the full check, for its
-        // message (the count and the first one).
-        if (read_counting_nonfinite(p.ds->get(), p.type, p.dtype, p.start, p.count, dst, c.file, path) > 0)
-          check_finite(dst, p.dtype, shape, origin, c.file, path, window);
+      if (p.along_t && !p.log_decays && !c.allow_nonfinite) {  // q, k, v: tested piece by piece in cache
+        read_finite_block(p.ds->get(), p.type, p.dtype, p.start, p.count, dst, c.file, path, window);
         continue;
       }
       hdf5::read_block(p.ds->get(), p.type, p.start, p.count, dst, c.file, path);
