@@ -88,32 +88,34 @@ constexpr int kPrepBlocksPerSm = std::is_same<E, float>::value ? 3 : 4;
 // b = the chunk's inclusive cumulative sums of gk in log2 units (by a scan in
 // two steps: each thread its kRows tokens, then the parts before it), q and k,
 // zero past the chunk's tokens and the head's channels. Thread x loads channel
-// x % 32 of tokens kRows (x / 32)..; extra(t, off, live) loads what else the
-// caller tiles per token (its element off of [rows, H, DK]). part_s: [parts][32]
-// scratch. Ends after a barrier, with every tile complete.
-template <int kThreads, class E, class Extra>
+// x % 32 of tokens kRows (x / 32)..; part_s: [parts][32] scratch. Ends after
+// a barrier, with every tile complete.
+template <int kThreads, class E>
 __device__ inline void load_channel_slice(const float* gk, const E* q, const E* k, std::size_t token0, int len,
                                           std::size_t row_stride, std::size_t head_off, int d0, int dk, float* b_s,
-                                          float* q_s, float* k_s, float* part_s, Extra&& extra) {
+                                          float* q_s, float* k_s, float* part_s) {
   constexpr int S = 32, P = S + 1, kParts = kThreads / S, kRows = kChunk / kParts;
   const int d = threadIdx.x % S, part = threadIdx.x / S;
   const bool channel = d0 + d < dk;
+  // Offsets step by a row from the thread's first token (one 64-bit add a
+  // token, not a product); elements past the chunk or the head are not read.
+  std::size_t off = (token0 + std::size_t(part) * kRows) * row_stride + head_off + d0 + d;
   float run = 0.0f;
   #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < kRows; ++r, off += row_stride) {
     const int t = part * kRows + r;
     const bool live = channel && t < len;  // past the chunk's tokens: gk 0, the rest 0
-    const std::size_t off = (token0 + (live ? t : 0)) * row_stride + head_off + d0 + d;
     run += live ? gk[off] * kLog2e : 0.0f;
     b_s[t * P + d] = run;
     q_s[t * P + d] = live ? to_float(q[off]) : 0.0f;
     k_s[t * P + d] = live ? to_float(k[off]) : 0.0f;
-    extra(t, off, live);
   }
   part_s[part * S + d] = run;
   __syncthreads();
   float before = 0.0f;
-  for (int p = 0; p < part; ++p) before += part_s[p * S + d];
+  #pragma unroll
+  for (int p = 0; p < kParts - 1; ++p)
+    if (p < part) before += part_s[p * S + d];
   #pragma unroll
   for (int r = 0; r < kRows; ++r) b_s[(part * kRows + r) * P + d] += before;
   __syncthreads();
@@ -273,15 +275,15 @@ __global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gat
 
   for (int d0 = 0; d0 < dk; d0 += S) {
     const bool channel = d0 + d < dk;
-    load_channel_slice<kPrepThreads>(a.gk, q, k, token0, len, row_stride, head_off, d0, dk, b_s, q_s, k_s, part_s,
-                                     [](int, std::size_t, bool) {});
+    load_channel_slice<kPrepThreads>(a.gk, q, k, token0, len, row_stride, head_off, d0, dk, b_s, q_s, k_s, part_s);
     // The fused kernel's operands and the chunk's state decay (b_L: row 63, as gk is 0 past len).
     const float bl = b_s[(kChunk - 1) * P + d];
+    const std::size_t step = kParts * row_stride;
+    std::size_t off = (token0 + part) * row_stride + head_off + d0 + d;
     #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
+    for (int r = 0; r < kRows; ++r, off += step) {
       const int t = part + r * kParts;
       if (channel && t < len) {
-        const std::size_t off = (token0 + t) * row_stride + head_off + d0 + d;
         const float bt = b_s[t * P + d];
         qg[off] = from_float<E>(q_s[t * P + d] * exp2_nonpositive(bt));
         kg[off] = from_float<E>(k_s[t * P + d] * exp2_nonpositive(bl - bt));
@@ -291,13 +293,20 @@ __global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gat
       const std::size_t chunk_row = std::size_t(x) * H + hh;
       a.decay[chunk_row * dk + d0 + d] = exp2_nonpositive(bl);
     }
-    // The off-diagonal operands (row x % 32 of the tiles is channel d).
-    for (int row = part; row < 48 + 96; row += kParts) {
-      if (row < 48) {
-        const int i = 16 + row, r0 = 16 * (i / 16);
+    // The off-diagonal operands (row x % 32 of the tiles is channel d). Warp
+    // `part` takes rows part + kParts u; unrolled, each u's rows lie in one
+    // sub-chunk, so that the sub-chunk and its reference token are constants
+    // (the index arithmetic of a rolled loop was a fifth of the prep's instructions).
+    static_assert(16 % kParts == 0, "a step of the rows stays within one sub-chunk");
+    #pragma unroll
+    for (int u = 0; u < (48 + 96) / kParts; ++u) {
+      const int row = part + kParts * u;
+      if (kParts * u < 48) {  // query rows 16.. (sub-chunks 1..3), decayed from the token that starts theirs
+        const int i = 16 + row, r0 = 16 * ((16 + kParts * u) / 16);
         qh_m[row * OS + d] = from_float<M>(q_s[i * P + d] * exp2_nonpositive(b_s[i * P + d] - b_s[r0 * P + d]));
-      } else {
-        const int kr = row - 48, I = kr < 16 ? 1 : kr < 48 ? 2 : 3, j = kr - prep_key_rows_of(I), r0 = 16 * I;
+      } else {  // the keys before query sub-chunk I, decayed to its first token
+        const int kr = row - 48, kr_step = kParts * u - 48;
+        const int I = kr_step < 16 ? 1 : kr_step < 48 ? 2 : 3, j = kr - prep_key_rows_of(I), r0 = 16 * I;
         kr_m[kr * OS + d] = from_float<M>(k_s[j * P + d] * exp2_nonpositive(b_s[r0 * P + d] - b_s[j * P + d]));
       }
     }
