@@ -183,7 +183,8 @@ TEST(GatedBackward, TensorCoresMatchReference) {
   const Problem problems[] = {problem(2, 300, 2, 64, 64, 64),  problem(1, 200, 2, 128, 128, 64),
                               problem(1, 150, 2, 128, 64, 64), problem(1, 130, 2, 96, 96, 64),
                               problem(1, 100, 2, 60, 20, 64),  problem(1, 70, 1, 256, 512, 64),
-                              packed({1, 63, 64, 65, 300}, 2, 64, 64, 64), packed({1, 63, 64, 65, 300}, 2, 48, 80, 64)};
+                              packed({1, 63, 64, 65, 300}, 2, 64, 64, 64), packed({1, 63, 64, 65, 300}, 2, 48, 80, 64),
+                              problem(1, 70, 16, 256, 256, 64)};  // 128 walk blocks of 32 columns (state_gradient_block)
   std::uint64_t seed = 28300;
   for (const Problem& p : problems)
     for (const testing::GateCase& g : testing::gate_cases(p, seed))

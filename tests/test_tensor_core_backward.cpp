@@ -92,6 +92,21 @@ TEST(TensorCoreBackward, EveryHeadSizePackedAndSnapshotKinds) {
   }
 }
 
+// The reverse walks' blocks of 32 columns on the 256-row DK tile
+// (state_gradient_block takes them where the walks' blocks fill about a wave:
+// 16 or 32 walks of 256 columns give 128 or 256 blocks, against 132 SMs on an
+// H100 or H200), exact and bounded heads, every input type, with dht and
+// initial states, snapshots of each kind.
+TEST(TensorCoreBackward, WideWalkBlocksAtDK256) {
+  if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
+  std::uint64_t seed = 5900;
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    expect_tensor_cores_match(plain(2, 130, 16, 256, 256, 64), dtype, ++seed, true, true, SnapshotMode::accumulation);
+    expect_tensor_cores_match(plain(1, 100, 16, 200, 256, 64), dtype, ++seed, false, true, SnapshotMode::bf16);
+  }
+  expect_tensor_cores_match(plain(1, 70, 16, 256, 512, 64), DType::bf16, ++seed, true, false, SnapshotMode::none, true);
+}
+
 TEST(TensorCoreBackward, RaggedLengths) {
   if (!kHaveTensorCores) GTEST_SKIP() << "CUDA backend not enabled: the tensor-core backward is not built";
   std::uint64_t seed = 5200;

@@ -194,7 +194,10 @@ TEST(TileRules, StateGradientBlock) {
   EXPECT_EQ(state_gradient_block(64, 128, 8 * 16, 132), 32);   // 256 blocks of 64 too few, 512 of 32 enough
   EXPECT_EQ(state_gradient_block(64, 128, 64 * 16, 132), 64);
   EXPECT_EQ(state_gradient_block(128, 128, 8 * 16, 132), 32);  // the cap of the 128 tile
-  EXPECT_EQ(state_gradient_block(256, 512, 2 * 8, 132), 16);   // the cap of the 256 tile
+  EXPECT_EQ(state_gradient_block(256, 512, 2 * 8, 132), 32);   // the 256 tile: 256 blocks of 32 fill a wave
+  EXPECT_EQ(state_gradient_block(256, 256, 2 * 8, 132), 32);   // 128 blocks: about one a SM
+  EXPECT_EQ(state_gradient_block(256, 256, 8, 132), 16);       // 64 blocks of 32 would leave half the SMs idle
+  EXPECT_EQ(state_gradient_block(256, 240, 64, 132), 16);      // 240 columns: no whole blocks of 32
   EXPECT_EQ(state_gradient_block(60, 64, 1, 132), 16);         // few walks: the narrowest
   EXPECT_EQ(state_gradient_block(96, 128, 1024, 132), 32);
 }

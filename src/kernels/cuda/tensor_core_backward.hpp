@@ -175,9 +175,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     if constexpr (DKT == 64) {
       if (bv == 64) return walk(dkt, std::integral_constant<int, 64>{}, bnd);
     }
-    if constexpr (DKT <= 128) {
-      if (bv == 32) return walk(dkt, std::integral_constant<int, 32>{}, bnd);
-    }
+    if (bv == 32) return walk(dkt, std::integral_constant<int, 32>{}, bnd);
     walk(dkt, std::integral_constant<int, 16>{}, bnd);
   };
   auto with_dkt = [&](auto bnd) {

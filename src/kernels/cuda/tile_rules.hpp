@@ -149,12 +149,18 @@ LINATTN_TILE_RULE int gradient_cols(int DK, int DV, bool fp32_inputs = false) {
 }
 
 // DV block of the reverse walks (state_gradient.hpp) over `cols` columns of
-// dh: registers cap it at 64 for a DK tile of 64, 32 for 128, 16 for 256
-// (each warp holds DK tile / 4 rows of dS and of the chunk's Q^T dO); narrower
-// while the walks would not give about two blocks per SM.
+// dh: registers cap it at 64 for a DK tile of 64 and at 32 above (each warp
+// holds DK tile / 4 rows of dS and of the chunk's Q^T dO: 128 registers at
+// 256 x 32); narrower while the walks would not give about two blocks per SM.
+// A 256-row tile keeps 32 while its blocks still fill about one wave: each
+// block reads the chunk's whole 64 x 256 Q tile, so half the blocks read half
+// the bytes from L2 (H100, level-1 backward, blocks of 32 against 16:
+// 2,8192,8,256,512 (256 blocks) 1.77 ms against 2.01, 4,8192,16,256 (512)
+// 3.79 against 4.18, 2,4096,8,256 (128) 0.515 against 0.555; BENCHMARKS.md).
 LINATTN_TILE_RULE int state_gradient_block(int DK, int cols, std::int64_t walks, int num_sms) {
   const int dkt = dk_tile(DK);
-  int bv = dkt == 64 ? 64 : dkt == 128 ? 32 : 16;
+  if (dkt == 256) return cols % 32 == 0 && walks * (cols / 32) * 10 >= std::int64_t(num_sms) * 9 ? 32 : 16;
+  int bv = dkt == 64 ? 64 : 32;
   while (bv > 16 && (cols % bv != 0 || walks * (cols / bv) < 2LL * num_sms)) bv /= 2;
   return bv;
 }
