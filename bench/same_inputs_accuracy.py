@@ -85,8 +85,6 @@ def prepare(args):
 def run_fla(args):
     sys.path.insert(0, os.path.abspath(args.fla))
     import torch
-    from fla.ops.common.chunk_h import chunk_fwd_h
-    from fla.ops.common.chunk_o import chunk_fwd_o
 
     def load16(path):
         x = np.load(path)
@@ -98,30 +96,40 @@ def run_fla(args):
     for case in names:
         q, k, v = (load16(os.path.join(args.dir, f"{case}.{n}.npy")) for n in ("q", "k", "v"))
         scale = args.scale if args.scale is not None else q.shape[-1] ** -0.5
-        with open(os.path.join(args.out, f"fla.{case}.scale.txt"), "w") as f:
-            f.write(repr(float(scale)))
         gk_file = os.path.join(args.dir, f"{case}.gk.npy")
         if os.path.exists(gk_file):
             run_fla_gla(case, q, k, v, torch.from_numpy(np.load(gk_file)).cuda(), scale, args, load16)
-            continue
-        h, _ = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64)
-        o = chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64)
-        np.save(os.path.join(args.out, f"fla.{case}.o.npy"), o.float().cpu().numpy())
-        print(case, "fla o", tuple(o.shape))
-        do_file = os.path.join(args.dir, f"{case}.do.npy")
-        if os.path.exists(do_file):
-            from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
-            do = load16(do_file)
-            dht = torch.from_numpy(np.load(os.path.join(args.dir, f"{case}.dht.npy"))).cuda()
-            dq, dk, dv = chunk_simple_gla_bwd(q, k, v, None, None, None, do, dht, scale, chunk_size=64)[:3]
-            for name, x in (("dq", dq), ("dk", dk), ("dv", dv)):
-                np.save(os.path.join(args.out, f"fla.{case}.{name}.npy"), x.float().cpu().numpy())
-            # fla's errors here too, from the same bf16 values (for when the outputs cannot travel back;
-            # `linattn verify` prints linattn's against the same reference).
-            as64 = lambda t: t.double().cpu().numpy()
-            refs = reference_grads(as64(q), as64(k), as64(v), as64(do), dht.double().cpu().numpy(), scale)
-            errs = [rel_l2(as64(x), r) for x, r in zip((dq, dk, dv), refs)]
-            print(case, "fla dq / dk / dv rel L2", " / ".join(f"{e:.4e}" for e in errs))
+        else:
+            run_fla_level1(case, q, k, v, scale, args, load16)
+        # Written last: evaluate takes a case whose scale file exists as one fla finished.
+        with open(os.path.join(args.out, f"fla.{case}.scale.txt"), "w") as f:
+            f.write(repr(float(scale)))
+
+
+def run_fla_level1(case, q, k, v, scale, args, load16):
+    """Level 1 through fla: chunk_fwd_h + chunk_fwd_o; with a gradient, chunk_simple_gla_bwd (no gate, dht)."""
+    import torch
+    from fla.ops.common.chunk_h import chunk_fwd_h
+    from fla.ops.common.chunk_o import chunk_fwd_o
+
+    h, _ = chunk_fwd_h(k, v, output_final_state=True, chunk_size=64)
+    o = chunk_fwd_o(q, k, v, h, scale=scale, chunk_size=64)
+    np.save(os.path.join(args.out, f"fla.{case}.o.npy"), o.float().cpu().numpy())
+    print(case, "fla o", tuple(o.shape))
+    do_file = os.path.join(args.dir, f"{case}.do.npy")
+    if os.path.exists(do_file):
+        from fla.ops.simple_gla.chunk import chunk_simple_gla_bwd
+        do = load16(do_file)
+        dht = torch.from_numpy(np.load(os.path.join(args.dir, f"{case}.dht.npy"))).cuda()
+        dq, dk, dv = chunk_simple_gla_bwd(q, k, v, None, None, None, do, dht, scale, chunk_size=64)[:3]
+        for name, x in (("dq", dq), ("dk", dk), ("dv", dv)):
+            np.save(os.path.join(args.out, f"fla.{case}.{name}.npy"), x.float().cpu().numpy())
+        # fla's errors here too, from the same bf16 values (for when the outputs cannot travel back;
+        # `linattn verify` prints linattn's against the same reference).
+        as64 = lambda t: t.double().cpu().numpy()
+        refs = reference_grads(as64(q), as64(k), as64(v), as64(do), dht.double().cpu().numpy(), scale)
+        errs = [rel_l2(as64(x), r) for x, r in zip((dq, dk, dv), refs)]
+        print(case, "fla dq / dk / dv rel L2", " / ".join(f"{e:.4e}" for e in errs))
 
 
 def run_fla_gla(case, q, k, v, gk, scale, args, load16):
@@ -282,6 +290,9 @@ def evaluate_gla(args, stem):
     with h5py.File(args.input, "r") as f:
         g = h5py.File(args.grad, "r") if args.grad else None
         for case in cases(f):
+            if not os.path.exists(os.path.join(args.out, f"fla.{case}.scale.txt")):
+                print(f"{case}: no fla outputs (fla not run on it), skipped")
+                continue
             q, k, v, gk = (np.asarray(f[case][n][...], dtype=np.float64) for n in ("q", "k", "v", "gk"))
             dtype = str(f[case]["q"].dtype)
             scale = case_scale(args, stem, case)
