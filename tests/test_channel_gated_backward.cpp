@@ -163,6 +163,33 @@ TEST(ChannelGatedBackward, TensorCoresMatchReference) {
       }
 }
 
+// dV's intra-chunk term A^T dO takes gk's scores A at fp32's level (hi + lo,
+// chunk_gradient_tiled.hpp's load_channel_scores), as fla's chunk_gla takes
+// them in fp32: with gk in [-1, 0) the state forgets within a few tokens, so
+// that term is nearly all of dv, and dv's error stays near the rounding of dv
+// itself to the output type (the floor: the fp64 reference rounded to bf16).
+// Rounding A once to bf16 gave dv about 1.4-1.5x the floor at
+// 8,4096,16,128 (2.38e-3; fla 1.70e-3, BENCHMARKS.md).
+TEST(ChannelGatedBackward, TensorCoreDvKeepsScoresAtFp32Level) {
+  if (!testing::kHaveTensorCores) GTEST_SKIP() << "no tensor-core backward in this build";
+  const Problem p = problem(1, 512, 2, 128, 128, 64);
+  for (DType dtype : {DType::bf16, DType::f16}) {
+    const ChannelCase g{"gk in [-1, 0)", uniform_values(channel_gate_size(p), -1.0, -1e-6, 29801)};
+    const BackwardOutput out =
+        expect_matches(p, g, dtype, GemmPath::tensor_core, SnapshotMode::accumulation, false, false, 29802);
+    const Case c = make_case(p, g.gk, dtype, SnapshotMode::accumulation, 29802);  // the same inputs
+    const std::vector<double> q = c.in.q.to_double(), k = c.in.k.to_double(), v = c.in.v.to_double(),
+                              go = c.d_o.to_double();
+    const reference::ChannelGatedGradients ref = reference::gla_backward_chunked(
+        p, {q, k, v, nullptr}, reference::ChannelGate{c.gate.to_double()}, {go, nullptr});
+    const double floor = relative_l2(Tensor::from_double(dtype, p.v_shape(), ref.dv).to_double(), ref.dv);
+    const double dv = relative_l2(out.dv.to_double(), ref.dv);
+    std::printf("[ dv tensor cores %s ] %.3e, %.2fx its output rounding %.3e\n", dtype_name(dtype), dv,
+                dv / floor, floor);
+    if (dtype == DType::bf16) EXPECT_LE(dv, 1.25 * floor) << "dv against its output rounding";
+  }
+}
+
 // As in the forward (test_channel_gated_kernels.cpp): gk at the lowest
 // log-decay a run accepts, on every token of some channels (a chunk's sum
 // C * kLowestLogDecay, chunks of 64 and 128), gives finite gradients equal to

@@ -11,7 +11,7 @@
 // chunk_bwd_dqkwg and chunk_bwd_dv do: about a third more products at 256 x 256
 // for blocks whose accumulators (3 x 32 floats a thread) fit in registers.
 // Each stage's tiles are double-buffered. P and A are rounded once to 16 bits,
-// as in chunk_gradient.hpp. fp32 inputs keep fp32 tiles (P and A unrounded)
+// as in chunk_gradient.hpp (but gk's A, for dV, as hi + lo: load_channel_scores). fp32 inputs keep fp32 tiles (P and A unrounded)
 // and multiply in three products of split operands (mma_primitives.hpp, Elem<float>).
 // Gated (gate_gradient.hpp), as chunk_gradient.hpp: P and A take exp(b_i - b_j),
 // dO h^T's rows exp(b_i), V dh^T's and K dh's rows exp(b_L - b_j) (they are
@@ -93,15 +93,27 @@ __device__ inline void store_causal_scores(E* p, const float (&sc)[8][4], float 
 
 // kChannel: the scores A of channel_gate_prep.hpp (fp32, scaled, zero past
 // the diagonal) into a tile stored [query][key] as E; rows past the chunk zero.
+// 16-bit E: as hi + lo, A = hi + lo to about 2^-16 (Elem<E>::split), lo into
+// lo_s: dV's A^T dO then keeps A at fp32's level, as fla's chunk_gla does
+// (its dv takes A in fp32); rounded once, A gave dv 2.38e-3 against fla's
+// 1.70e-3 with bf16 inputs (BENCHMARKS.md).
 template <class E>
-__device__ inline void load_channel_scores(E* a_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch, int head) {
+__device__ inline void load_channel_scores(E* a_s, E* lo_s, const TensorCoreBackwardArgs& a, const BackwardChunk& ch,
+                                           int head) {
   constexpr int kTileStride = kTileStrideOf<E>;
   for (int i = threadIdx.x; i < kChunk * kChunk / 2; i += kTiledGradientThreads) {
     const int r = i / (kChunk / 2), c = 2 * (i % (kChunk / 2));
     float2 x = make_float2(0.0f, 0.0f);
     if (r < ch.length)
       x = *reinterpret_cast<const float2*>(a.scores + ((std::size_t(ch.token0) + r) * a.H + head) * kChunk + c);
-    store_pair<E>(a_s + r * kTileStride + c, x.x, x.y);
+    if constexpr (std::is_same<E, float>::value) {
+      store_pair<E>(a_s + r * kTileStride + c, x.x, x.y);
+    } else {
+      std::uint32_t hi, lo;
+      Elem<E>::split(x.x, x.y, hi, lo);
+      *reinterpret_cast<std::uint32_t*>(a_s + r * kTileStride + c) = hi;
+      *reinterpret_cast<std::uint32_t*>(lo_s + r * kTileStride + c) = lo;
+    }
   }
 }
 
@@ -148,6 +160,10 @@ constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTil
 // block and dh of (DK block, DV block).
 template <class E>
 constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
+// gk's value kernel with 16-bit inputs: one more tile, the low parts of A (load_channel_scores).
+template <class E>
+constexpr std::size_t kChannelValueGradientBytes =
+    kValueGradientBytes<E> + (std::is_same<E, float>::value ? 0 : kTileElemsOf<E> * sizeof(E));
 constexpr std::size_t kGateBytes = (kChunk + 8) * sizeof(float);  // b log2(e), a float per warp
 
 // blockIdx.x = DK block + (DK blocks) * (head + H * chunk): the blocks of one
@@ -286,6 +302,9 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   E* a_s = o_s + kTileElems;
   E* stage = a_s + kTileElems;  // [2][Q, K, dh]
   float* b_s = reinterpret_cast<float*>(stage + 6 * kTileElems);  // gated: the chunk's b log2(e)
+  // kChannel with 16-bit inputs: A's low parts (kChannelValueGradientBytes), where b_s would be.
+  constexpr bool kSplitScores = kChannel && !std::is_same<E, float>::value;
+  E* alo_s = stage + 6 * kTileElems;
   const ChunkDecays cd{b_s, ch.length - 1};
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
@@ -329,13 +348,16 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
     mma_rows<E, kN>(gv, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
   }
-  if constexpr (kChannel) load_channel_scores(a_s, a, ch, head);  // A (scaled, causal), rounded to E as above
+  if constexpr (kChannel) load_channel_scores(a_s, alo_s, a, ch, head);  // A (scaled, causal), hi + lo
   else store_causal_scores(a_s, sa, a.scale, lane, kGated ? &cd : nullptr);
   if constexpr (kGated) decay_key_rows(gv, cd, 16 * rt, lane);  // K dh's rows, before A^T dO is added
   __syncthreads();  // A is in shared memory
   // dV += A^T dO over the queries from the diagonal on.
   mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, a_s, kTileStride, 16 * rt, kk, lane); },
                   [&](FragOf<E>* f, int n, int kk) { b_cols(f, o_s, kTileStride, n, kk, lane); }, dv_pairs);
+  if constexpr (kSplitScores)  // + A_lo^T dO
+    mma_rows<E, kN>(gv, 16 * rt, kChunk, [&](FragOf<E>* f, int kk) { a_cols(f, alo_s, kTileStride, 16 * rt, kk, lane); },
+                    [&](FragOf<E>* f, int n, int kk) { b_cols(f, o_s, kTileStride, n, kk, lane); }, dv_pairs);
   store_rows_bounded<E, kN>(static_cast<E*>(a.dv) + tok * DV, v_row, gv, 16 * rt, c0, ch.length, DV, DV % 2 == 0, lane);
 #endif
 }

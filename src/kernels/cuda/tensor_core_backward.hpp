@@ -202,7 +202,8 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
   if (channel) {  // dv reads the scores A before the query-key kernel overwrites them with dA
     auto channel_chunks = [&](auto bnd) {
       constexpr bool kB = decltype(bnd)::value;
-      detail::launch(detail::value_gradient_kernel<E, kB, false, true>, detail::kValueGradientBytes<E>, chunk_heads * nvb,
+      detail::launch(detail::value_gradient_kernel<E, kB, false, true>, detail::kChannelValueGradientBytes<E>,
+                     chunk_heads * nvb,
                      detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
       detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB, false, true>, detail::kQueryKeyGradientBytes<E>,
                      chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
