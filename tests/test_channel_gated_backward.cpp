@@ -174,7 +174,7 @@ TEST(ChannelGatedBackward, TensorCoreDvKeepsScoresAtFp32Level) {
   if (!testing::kHaveTensorCores) GTEST_SKIP() << "no tensor-core backward in this build";
   const Problem p = problem(1, 512, 2, 128, 128, 64);
   for (DType dtype : {DType::bf16, DType::f16}) {
-    const ChannelCase g{"gk in [-1, 0)", uniform_values(channel_gate_size(p), -1.0, -1e-6, 29801)};
+    const ChannelCase g{"gk in [-1, 0)", uniform_values(testing::channel_gate_size(p), -1.0, -1e-6, 29801)};
     const BackwardOutput out =
         expect_matches(p, g, dtype, GemmPath::tensor_core, SnapshotMode::accumulation, false, false, 29802);
     const Case c = make_case(p, g.gk, dtype, SnapshotMode::accumulation, 29802);  // the same inputs
