@@ -3,8 +3,9 @@
 
 compare_fla.py draws separate inputs for each side (same distribution); this script
 feeds both the same q, k, v and measures o against one fp64 reference (the parallel
-form, whole tensors). Three steps, because the GPU machine has torch and fla but no
-h5py, and this one the reverse:
+form, whole tensors). Three steps, so that each can run where its packages are (prepare
+and evaluate need h5py, fla torch and fla; the GPU machine's image has all three, so the
+three can also run there one after another, with linattn generating the file there):
 
   here:    linattn generate -o acc/in.h5 --shape 1,8192,1,128,128 --shape 1,4096,2,64,64 --seed 7
            python3 bench/same_inputs_accuracy.py prepare acc/in.h5 acc
