@@ -296,7 +296,7 @@ __global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gat
     // The off-diagonal operands (row x % 32 of the tiles is channel d). Warp
     // `part` takes rows part + kParts u; unrolled, each u's rows lie in one
     // sub-chunk, so that the sub-chunk and its reference token are constants
-    // (the index arithmetic of a rolled loop was a fifth of the prep's instructions).
+    // (a rolled loop worked them out row by row, with branches and divisions).
     static_assert(16 % kParts == 0, "a step of the rows stays within one sub-chunk");
     #pragma unroll
     for (int u = 0; u < (48 + 96) / kParts; ++u) {
