@@ -67,8 +67,14 @@ BackwardConfig channel_config(GemmPath path, bool recompute) {
   return bc;
 }
 
+// A backward's outputs and the fp64 reference they were checked against.
+struct Checked {
+  BackwardOutput out;
+  reference::ChannelGatedGradients ref;
+};
+
 // One backward against the fp64 chunked reference on the values the kernel read.
-BackwardOutput expect_matches(const Problem& p, const ChannelCase& g, DType dtype, GemmPath path, SnapshotMode snaps,
+Checked expect_matches(const Problem& p, const ChannelCase& g, DType dtype, GemmPath path, SnapshotMode snaps,
                               bool recompute, bool with_state_and_dht, std::uint64_t seed) {
   const Case c = make_case(p, g.gk, dtype, snaps, seed);
   const Tensor* s0 = with_state_and_dht ? &c.in.initial_state : nullptr;
@@ -116,7 +122,7 @@ BackwardOutput expect_matches(const Problem& p, const ChannelCase& g, DType dtyp
   if (tc && dtype == DType::f32)  // for the record (docs/NUMERICS.md)
     std::printf("[ dgk tensor cores fp32 ] %s%s: %.2e\n", g.name.c_str(), bf16_h ? " bf16 h" : "", dgk_error);
   EXPECT_TRUE(out.dg_gamma.empty());
-  return out;
+  return {out, ref};
 }
 
 TEST(ChannelGatedBackward, EveryPathTypeAndDecayMatchesReference) {
@@ -175,15 +181,10 @@ TEST(ChannelGatedBackward, TensorCoreDvKeepsScoresAtFp32Level) {
   const Problem p = problem(1, 512, 2, 128, 128, 64);
   for (DType dtype : {DType::bf16, DType::f16}) {
     const ChannelCase g{"gk in [-1, 0)", uniform_values(testing::channel_gate_size(p), -1.0, -1e-6, 29801)};
-    const BackwardOutput out =
+    const Checked r =
         expect_matches(p, g, dtype, GemmPath::tensor_core, SnapshotMode::accumulation, false, false, 29802);
-    const Case c = make_case(p, g.gk, dtype, SnapshotMode::accumulation, 29802);  // the same inputs
-    const std::vector<double> q = c.in.q.to_double(), k = c.in.k.to_double(), v = c.in.v.to_double(),
-                              go = c.d_o.to_double();
-    const reference::ChannelGatedGradients ref = reference::gla_backward_chunked(
-        p, {q, k, v, nullptr}, reference::ChannelGate{c.gate.to_double()}, {go, nullptr});
-    const double floor = relative_l2(Tensor::from_double(dtype, p.v_shape(), ref.dv).to_double(), ref.dv);
-    const double dv = relative_l2(out.dv.to_double(), ref.dv);
+    const double floor = relative_l2(Tensor::from_double(dtype, p.v_shape(), r.ref.dv).to_double(), r.ref.dv);
+    const double dv = relative_l2(r.out.dv.to_double(), r.ref.dv);
     std::printf("[ dv tensor cores %s ] %.3e, %.2fx its output rounding %.3e\n", dtype_name(dtype), dv,
                 dv / floor, floor);
     if (dtype == DType::bf16) EXPECT_LE(dv, 1.25 * floor) << "dv against its output rounding";
@@ -204,7 +205,8 @@ TEST(ChannelGatedBackward, DecaysAtTheRangeOfFp32StayFiniteAndExact) {
     for (GemmPath path : every) {
       SCOPED_TRACE("chunk " + std::to_string(chunk));
       const BackwardOutput out =
-          expect_matches(p, {"the lowest log-decays", gk}, DType::f32, path, SnapshotMode::accumulation, false, true, ++seed);
+          expect_matches(p, {"the lowest log-decays", gk}, DType::f32, path, SnapshotMode::accumulation, false, true, ++seed)
+              .out;
       for (const Tensor* t : {&out.dq, &out.dk, &out.dv, &out.dh0, &out.dg})
         for (double x : t->to_double()) ASSERT_TRUE(std::isfinite(x));
     }

@@ -182,13 +182,13 @@ class Worker {
       const std::string path = dataset_path(c.group, p.name);
       if (!p.ds->valid()) throw FileError(c.file, path, "missing");
       unsigned char* dst = at(p.offset, bytes);
-      const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
-      const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
       if (p.along_t && !p.log_decays && !c.allow_nonfinite) {  // q, k, v: tested piece by piece in cache
         read_finite_block(p.ds->get(), p.type, p.dtype, p.start, p.count, dst, c.file, path, window);
         continue;
       }
       hdf5::read_block(p.ds->get(), p.type, p.start, p.count, dst, c.file, path);
+      const std::vector<std::int64_t> shape(p.count.begin(), p.count.end());
+      const std::vector<std::int64_t> origin(p.start.begin(), p.start.end());
       if (p.log_decays) check_log_decays(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
       else if (!c.allow_nonfinite) check_finite(dst, p.dtype, shape, origin, c.file, path, p.along_t ? window : "");
     }
