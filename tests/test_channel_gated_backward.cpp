@@ -169,13 +169,16 @@ TEST(ChannelGatedBackward, TensorCoresMatchReference) {
       }
 }
 
-// dV's intra-chunk term A^T dO takes gk's scores A at fp32's level (hi + lo,
-// chunk_gradient_tiled.hpp's load_channel_scores), as fla's chunk_gla takes
-// them in fp32: with gk in [-1, 0) the state forgets within a few tokens, so
-// that term is nearly all of dv, and dv's error stays near the rounding of dv
-// itself to the output type (the floor: the fp64 reference rounded to bf16).
-// Rounding A once to bf16 gave dv about 1.4-1.5x the floor at
-// 8,4096,16,128 (2.38e-3; fla 1.70e-3, BENCHMARKS.md).
+// dV's intra-chunk term A^T dO takes gk's scores A at fp32's level, as fla's
+// chunk_gla takes them in fp32: with gk in [-1, 0) the state forgets within a
+// few tokens, so that term is nearly all of dv, and dv's error stays near the
+// rounding of dv itself to the output type (the floor: the fp64 reference
+// rounded to bf16). Two roundings would show: A rounded once to bf16 in the
+// product (chunk_gradient_tiled.hpp's load_channel_scores splits it hi + lo;
+// before, dv was about 1.4x the floor) and A's off-diagonal 16-blocks taken
+// over decayed operands rounded to bf16 (the backward's prep splits them,
+// tensor_core_backward.hpp's ScoreOperand; before, 1.04x here, where a numpy
+// model of this case gives 1.035x, and 1.012x with fla's TF32 operands).
 TEST(ChannelGatedBackward, TensorCoreDvKeepsScoresAtFp32Level) {
   if (!testing::kHaveTensorCores) GTEST_SKIP() << "no tensor-core backward in this build";
   const Problem p = problem(1, 512, 2, 128, 128, 64);
@@ -187,7 +190,7 @@ TEST(ChannelGatedBackward, TensorCoreDvKeepsScoresAtFp32Level) {
     const double dv = relative_l2(r.out.dv.to_double(), r.ref.dv);
     std::printf("[ dv tensor cores %s ] %.3e, %.2fx its output rounding %.3e\n", dtype_name(dtype), dv,
                 dv / floor, floor);
-    if (dtype == DType::bf16) EXPECT_LE(dv, 1.25 * floor) << "dv against its output rounding";
+    if (dtype == DType::bf16) EXPECT_LE(dv, 1.025 * floor) << "dv against its output rounding";
   }
 }
 

@@ -16,10 +16,13 @@
 // meets the keys j of the earlier sub-chunks through the token r = 16 I that
 // starts I, (q_i exp(b_i - b_r)) . (k_j exp(b_r - b_j)), both factors <= 1,
 // so those off-diagonal blocks are matrix products on tensor cores (mma.sync
-// over the decayed queries and keys rounded to the input type, as fla rounds
-// them; fp32 inputs split hi + lo), accumulated in fp32 over the channels; the
-// diagonal blocks are fp32 sums on CUDA cores by the same device one level
-// down, 4-token blocks (diagonal_tile).
+// over the decayed queries and keys in the operand type M, accumulated in fp32
+// over the channels; M = float splits them hi + lo); the diagonal blocks are
+// fp32 sums on CUDA cores by the same device one level down, 4-token blocks
+// (diagonal_tile). The forward takes M = the input type; the backward takes
+// M = float for bf16 (tensor_core_backward.hpp, ScoreOperand): fla's
+// chunk_gla multiplies these fp32 operands in TF32 (11 significant bits), and
+// bf16's 8 put dv about 2% further from its fp64 value (docs/NUMERICS.md).
 // qg and kg are rounded to the input type (fla's chunk_gla rounds them the
 // same way); scores stay fp32, [token][H][64] like fla's A.
 #pragma once
@@ -80,9 +83,9 @@ constexpr int kPrepSlice = 32;  // key channels per pass
 constexpr int kSubChunk = 16;
 // Blocks resident per SM: the prep is bound by issue and latency, and 4
 // blocks (64 registers) keep more warps to issue from than 2 (128); fp32
-// inputs take 3 (80), since their split operands spill at 64.
-template <class E>
-constexpr int kPrepBlocksPerSm = std::is_same<E, float>::value ? 3 : 4;
+// operands take 3 (80), since their split operands spill at 64.
+template <class M>
+constexpr int kPrepBlocksPerSm = std::is_same<M, float>::value ? 3 : 4;
 
 // One slice of key channels d0..d0+31 of a chunk into fp32 tiles [64][P]:
 // b = the chunk's inclusive cumulative sums of gk in log2 units (by a scan in
@@ -122,7 +125,7 @@ __device__ inline void load_channel_slice(const float* gk, const E* q, const E* 
 }
 
 // Shared memory of the prep: b, q, k (64 x 33 fp32 each) and the per-part sums,
-// then the off-diagonal operands in the input type M: the queries of
+// then the off-diagonal operands in the operand type M: the queries of
 // sub-chunks 1..3 decayed from the token that starts theirs (48 rows) and, for
 // each query sub-chunk I = 1, 2, 3, the keys before it decayed to its start
 // (16 I rows each, 96 in all).
@@ -236,10 +239,10 @@ __device__ inline void store_diagonal_tile(float (&acc)[kN][4], int warp, int la
 // grid: (chunks, H). Thread x scans channel x % 32 over tokens 8(x / 32)..+7
 // of each slice; warps 0..2 own the off-diagonal rows of query sub-chunks 1..3
 // (tensor cores), warps 3..7 the diagonal 16-blocks' tiles (diagonal_tile).
-template <class E>
-__global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gate_prep_kernel(ChannelGateArgs a) {
+// E: the input type; M: the off-diagonal operands' (E or float).
+template <class E, class M>
+__global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<M>) channel_gate_prep_kernel(ChannelGateArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  using M = E;
   using L = PrepLayout<M>;
   constexpr int S = kPrepSlice, P = S + 1, kParts = kPrepThreads / S, kRows = kChunk / kParts, OS = L::stride;
   static_assert(S == 32, "load_channel_slice takes slices of 32 channels");
@@ -343,12 +346,14 @@ __global__ void __launch_bounds__(kPrepThreads, kPrepBlocksPerSm<E>) channel_gat
 
 }  // namespace detail
 
-template <class E>
+// M: the type of the off-diagonal scores' operands (see the top of this file).
+template <class E, class M = E>
 void launch_channel_gate_prep(const ChannelGateArgs& args, int chunks, cudaStream_t stream) {
   if (chunks == 0) return;
-  constexpr std::size_t bytes = detail::PrepLayout<E>::bytes;
-  cudaFuncSetAttribute(detail::channel_gate_prep_kernel<E>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-  detail::channel_gate_prep_kernel<E><<<dim3(chunks, args.H), detail::kPrepThreads, bytes, stream>>>(args);
+  constexpr std::size_t bytes = detail::PrepLayout<M>::bytes;
+  cudaFuncSetAttribute(detail::channel_gate_prep_kernel<E, M>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                       int(bytes));
+  detail::channel_gate_prep_kernel<E, M><<<dim3(chunks, args.H), detail::kPrepThreads, bytes, stream>>>(args);
 }
 
 }  // namespace linattn::cuda

@@ -40,11 +40,20 @@
 #include <algorithm>
 #include <cstdint>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 namespace linattn::cuda {
 
 namespace detail {
+
+// The type of gk's off-diagonal score operands in the backward
+// (channel_gate_prep.hpp): dv's intra-chunk term A^T dO is nearly all of dv
+// under strong decays, and bf16 operands (8 significant bits) made those scores
+// coarser than fla's TF32 products, dv about 2% further from its fp64 value;
+// split hi + lo they are exact to fp32's level. fp16's 11 bits match TF32.
+template <class E>
+using ScoreOperand = std::conditional_t<std::is_same<E, __nv_bfloat16>::value, float, E>;
 
 template <class Kernel>
 void launch(Kernel kernel, std::size_t bytes, int blocks, int threads, const TensorCoreBackwardArgs& args,
@@ -146,7 +155,7 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
     prep.DK = args.DK;
     prep.scale = args.scale;
     prep.chunks = args.chunks;  // the work list's chunk table, already on the device
-    launch_channel_gate_prep<E>(prep, static_cast<int>(work.chunks.size()), stream);
+    launch_channel_gate_prep<E, detail::ScoreOperand<E>>(prep, static_cast<int>(work.chunks.size()), stream);
     detail::check_launch(cudaGetLastError(), "tensor-core backward: gk operands");
   }
 
