@@ -58,6 +58,13 @@ def cases(f):
     return cases_with(f, "q")
 
 
+def dtype_name(dataset):
+    """linattn's name of a dataset's type: h5py reads bf16 as float32, so its size tells."""
+    if dataset.dtype == np.float16:
+        return "fp16"
+    return {2: "bf16", 4: "fp32", 8: "fp64"}.get(dataset.id.get_type().get_size(), str(dataset.dtype))
+
+
 def sixteen_bits(dataset):
     """A 16-bit dataset as it travels: float16 as is, bf16 as its bit patterns (uint16)."""
     if dataset.dtype == np.float16:
@@ -74,7 +81,7 @@ def prepare(args):
                 np.save(os.path.join(args.dir, f"{case}.{name}.npy"), sixteen_bits(f[case][name]))
             if "gk" in f[case]:
                 np.save(os.path.join(args.dir, f"{case}.gk.npy"), np.asarray(f[case]["gk"][...], dtype=np.float32))
-            print(case, f[case]["q"].shape, f[case]["v"].shape, f[case]["q"].dtype, "gk" if "gk" in f[case] else "")
+            print(case, f[case]["q"].shape, f[case]["v"].shape, dtype_name(f[case]["q"]), "gk" if "gk" in f[case] else "")
     if args.grad:
         with h5py.File(args.grad, "r") as g:
             for case in cases_with(g, "do"):
@@ -295,7 +302,7 @@ def evaluate_gla(args, stem):
                 print(f"{case}: no fla outputs (fla not run on it), skipped")
                 continue
             q, k, v, gk = (np.asarray(f[case][n][...], dtype=np.float64) for n in ("q", "k", "v", "gk"))
-            dtype = str(f[case]["q"].dtype)
+            dtype = dtype_name(f[case]["q"])
             scale = case_scale(args, stem, case)
             do = dht = None
             if g is not None:
