@@ -19,12 +19,14 @@ Inputs as the tests draw them: q, k, v, dO uniform in [-1, 1] rounded to bf16, g
 """
 import numpy as np
 
+from e2e_compare import bf16_bits
+
 C, SUB, DK, DV = 64, 16, 128, 128
 
 
 def bf16(x):
-    bits = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return (((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16) << 16).astype(np.uint32).view(np.float32).astype(np.float64)
+    """x rounded to bf16 (e2e_compare.bf16_bits), back in fp64."""
+    return (bf16_bits(x).astype(np.uint32) << np.uint32(16)).view(np.float32).astype(np.float64)
 
 
 def tf32(x):

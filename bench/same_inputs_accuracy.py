@@ -46,6 +46,8 @@ import sys
 
 import numpy as np
 
+from e2e_compare import is_bf16
+
 
 def cases_with(f, dataset):
     """The groups of an open file that hold `dataset`."""
@@ -59,10 +61,10 @@ def cases(f):
 
 
 def dtype_name(dataset):
-    """linattn's name of a dataset's type: h5py reads bf16 as float32, so its size tells."""
-    if dataset.dtype == np.float16:
-        return "fp16"
-    return {2: "bf16", 4: "fp32", 8: "fp64"}.get(dataset.id.get_type().get_size(), str(dataset.dtype))
+    """linattn's name of a dataset's type (h5py reads bf16 as float32)."""
+    if is_bf16(dataset):
+        return "bf16"
+    return {np.float16: "fp16", np.float32: "fp32", np.float64: "fp64"}.get(dataset.dtype.type, str(dataset.dtype))
 
 
 def sixteen_bits(dataset):
