@@ -151,15 +151,27 @@ __device__ inline float half_row_dot(const E* x, const E* y, int stride) {
   return s;
 }
 
+// Stages of the tiled kernels' loops. 16-bit tiles are double-buffered (the
+// next block's loads overlap this one's products). fp32 tiles (17 KB each)
+// double-buffered took 191 KB (query-key kernel) and 139 KB (value kernel):
+// one block of 4 warps per SM, issue slots 27-29% busy (ncu, H100,
+// 8,4096,16,128). Single-buffered, with P over the stage's tiles once the
+// loop is done, they take 104 KB and 87 KB: two blocks per SM, each hiding
+// the other's loads (BENCHMARKS.md, "fp32 inputs on tensor cores").
+template <class E>
+constexpr int kTiledStages = std::is_same<E, float>::value ? 1 : 2;
 // Shared memory of query_key_gradient_kernel: Q and K of the DK block, then
-// per stage dO, V of a DV block and h, dh of (DK block, DV block); P.
+// per stage dO, V of a DV block and h, dh of (DK block, DV block); P (its own
+// tile when double-buffered, else the stage's dO tile).
 // Gated: + the chunk's b log2(e) (64 floats) after the tiles.
 template <class E>
-constexpr std::size_t kQueryKeyGradientBytes = std::size_t(2 + 2 * 4 + 1) * kTileElemsOf<E> * sizeof(E);
+constexpr int kQueryKeyTiles = 2 + 4 * kTiledStages<E> + (kTiledStages<E> == 2 ? 1 : 0);
+template <class E>
+constexpr std::size_t kQueryKeyGradientBytes = std::size_t(kQueryKeyTiles<E>) * kTileElemsOf<E> * sizeof(E);
 // Of value_gradient_kernel: dO of the DV block, A; per stage Q, K of a DK
 // block and dh of (DK block, DV block).
 template <class E>
-constexpr std::size_t kValueGradientBytes = std::size_t(2 + 2 * 3) * kTileElemsOf<E> * sizeof(E);
+constexpr std::size_t kValueGradientBytes = std::size_t(2 + 3 * kTiledStages<E>) * kTileElemsOf<E> * sizeof(E);
 // gk's value kernel with 16-bit inputs: one more tile, the low parts of A (load_channel_scores).
 template <class E>
 constexpr std::size_t kChannelValueGradientBytes =
@@ -181,9 +193,10 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* q_s = reinterpret_cast<E*>(shared_raw);
   E* k_s = q_s + kTileElems;
-  E* stage = k_s + kTileElems;  // [2][dO, V, h, dh]
-  E* p_s = stage + 8 * kTileElems;
-  float* b_s = reinterpret_cast<float*>(p_s + kTileElems);  // gated: the chunk's b log2(e)
+  constexpr int kStages = kTiledStages<E>;
+  E* stage = k_s + kTileElems;  // [kStages][dO, V, h, dh]
+  E* p_s = kStages == 2 ? stage + 8 * kTileElems : stage;
+  float* b_s = reinterpret_cast<float*>(q_s + kQueryKeyTiles<E> * kTileElems);  // gated: the chunk's b log2(e)
   const ChunkDecays cd{b_s, ch.length - 1};
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
@@ -200,7 +213,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   }
   if constexpr (kGated) load_decays_async(b_s, a, ch, head);  // in load(0)'s group
   auto load = [&](int vb) {
-    E* s = stage + (vb & 1) * 4 * kTileElems;
+    E* s = stage + (vb % kStages) * 4 * kTileElems;
     const int c0 = vb * kGradientBlock;
     copy_tile_bounded<kThreads>(s, kTileStride, d_o + c0, v_row, kChunk, kGradientBlock, ch.length, DV - c0, cw);
     copy_tile_bounded<kThreads>(s + kTileElems, kTileStride, v + c0, v_row, kChunk, kGradientBlock, ch.length, DV - c0, cw);
@@ -227,8 +240,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
   for (int vb = 0; vb < nvb; ++vb) {
     cp_async_wait_all();
     __syncthreads();  // block vb is in shared memory; every thread is done with the other buffer
-    if (vb + 1 < nvb) load(vb + 1);
-    const E* s = stage + (vb & 1) * 4 * kTileElems;
+    if (kStages == 2 && vb + 1 < nvb) load(vb + 1);
+    const E* s = stage + (vb % kStages) * 4 * kTileElems;
     const E *o_t = s, *v_t = s + kTileElems, *h_t = s + 2 * kTileElems, *d_t = s + 3 * kTileElems;
     if constexpr (kGated) hdh += tile_dot<kThreads>(h_t, d_t, kTileStride);  // <h[c], dh[c]> over this block
     if constexpr (kChannel) hdh_row += half_row_dot(h_t, d_t, kTileStride);
@@ -239,6 +252,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) query_key_gradient_kern
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, h_t, kTileStride, n, kk, lane); }, dk_pairs);
     mma_rows<E, kN>(gk, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, v_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_rows(f, d_t, kTileStride, n, kk, lane); }, dk_pairs);
+    if (kStages == 1) __syncthreads();  // every warp is done with the stage: the next block's loads, or P, go there
+    if (kStages == 1 && vb + 1 < nvb) load(vb + 1);
   }
   if constexpr (kChannel) {
     if (k0 == 0) store_channel_scores(a, ch, head, p, lane);
@@ -300,11 +315,12 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   extern __shared__ __align__(16) unsigned char shared_raw[];
   E* o_s = reinterpret_cast<E*>(shared_raw);
   E* a_s = o_s + kTileElems;
-  E* stage = a_s + kTileElems;  // [2][Q, K, dh]
-  float* b_s = reinterpret_cast<float*>(stage + 6 * kTileElems);  // gated: the chunk's b log2(e)
+  constexpr int kStages = kTiledStages<E>;
+  E* stage = a_s + kTileElems;  // [kStages][Q, K, dh]
+  float* b_s = reinterpret_cast<float*>(stage + 3 * kStages * kTileElems);  // gated: the chunk's b log2(e)
   // kChannel with 16-bit inputs: A's low parts (kChannelValueGradientBytes), where b_s would be.
   constexpr bool kSplitScores = kChannel && !std::is_same<E, float>::value;
-  E* alo_s = stage + 6 * kTileElems;
+  E* alo_s = stage + 3 * kStages * kTileElems;
   const ChunkDecays cd{b_s, ch.length - 1};
   const std::size_t tok = std::size_t(ch.token0) * H + head;
   const std::size_t qk_row = std::size_t(H) * DK, v_row = std::size_t(H) * DV;
@@ -316,7 +332,7 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
                               kGradientBlock, ch.length, DV - c0, cw);
   if constexpr (kGated) load_decays_async(b_s, a, ch, head);  // in load(0)'s group
   auto load = [&](int kb) {
-    E* s = stage + (kb & 1) * 3 * kTileElems;
+    E* s = stage + (kb % kStages) * 3 * kTileElems;
     const int r0 = kb * kGradientBlock;
     if constexpr (!kChannel)
       copy_tile_bounded<kThreads>(s, kTileStride, q + r0, qk_row, kChunk, kGradientBlock, ch.length, DK - r0, cw);
@@ -338,8 +354,8 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
   for (int kb = 0; kb < nkb; ++kb) {
     cp_async_wait_all();
     __syncthreads();
-    if (kb + 1 < nkb) load(kb + 1);
-    const E* s = stage + (kb & 1) * 3 * kTileElems;
+    if (kStages == 2 && kb + 1 < nkb) load(kb + 1);
+    const E* s = stage + (kb % kStages) * 3 * kTileElems;
     const E *q_t = s, *k_t = s + kTileElems, *d_t = s + 2 * kTileElems;
     const int k_end = kBounded ? 16 * steps16(DK - kb * kGradientBlock) : kGradientBlock;
     if constexpr (!kChannel)
@@ -347,6 +363,10 @@ __global__ void __launch_bounds__(kTiledGradientThreads) value_gradient_kernel(T
                       [&](FragOf<E>* f, int n, int kk) { b_rows(f, k_t, kTileStride, n, kk, lane); }, rt + 1);
     mma_rows<E, kN>(gv, 0, k_end, [&](FragOf<E>* f, int kk) { a_rows(f, k_t, kTileStride, 16 * rt, kk, lane); },
                     [&](FragOf<E>* f, int n, int kk) { b_cols(f, d_t, kTileStride, n, kk, lane); }, dv_pairs);
+    if (kStages == 1 && kb + 1 < nkb) {  // every warp is done with the stage before the next block's loads
+      __syncthreads();
+      load(kb + 1);
+    }
   }
   if constexpr (kChannel) load_channel_scores(a_s, alo_s, a, ch, head);  // A (scaled, causal), hi + lo
   else store_causal_scores(a_s, sa, a.scale, lane, kGated ? &cd : nullptr);

@@ -64,12 +64,22 @@ struct StateGradientLayout {
 };
 constexpr int kStateGradientThreads = 128;
 
+// Blocks per SM the walk is compiled for (__launch_bounds__; 0: ptxas's own
+// choice). The gated 16-bit walk of a 128-row DK tile took 153 registers,
+// three blocks per SM: 8,16384,16,128's 512 blocks then ran as a full wave
+// and a second of 116 blocks, each as long as the whole walk (ncu, H100: 1.59
+// ms, 11 warps per SM). At four blocks (128 registers) they run as one
+// (BENCHMARKS.md, "Gated backward on tensor cores").
+template <class E, int DK, bool kGated>
+constexpr int kWalkMinBlocks = kGated && DK == 128 && sizeof(E) == 2 ? 4 : 0;
+
 // blockIdx.x = DV block + (dh_cols / BV) * (head + H * sequence); warp w holds
 // the state rows w * DK / 4 .. of the block's BV columns. DK is the DK tile
 // (tile_rules.hpp); kBounded: the head's DK or DV is not a whole number of
 // tiles, so loads zero-fill past them and dht, dh0 are read and written within them.
 template <class E, int DK, int BV, bool kBounded, bool kGated = false, bool kChannel = false>
-__global__ void __launch_bounds__(kStateGradientThreads) state_gradient_kernel(TensorCoreBackwardArgs a) {
+__global__ void __launch_bounds__(kStateGradientThreads, (kWalkMinBlocks<E, DK, kGated>))
+    state_gradient_kernel(TensorCoreBackwardArgs a) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   using L = StateGradientLayout<E, DK, BV, kGated, kBounded>;
   constexpr int kThreads = kStateGradientThreads, kSRows = DK / 4, kSMTiles = kSRows / 16, kNTiles = BV / 8;

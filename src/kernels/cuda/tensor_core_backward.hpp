@@ -55,11 +55,18 @@ namespace detail {
 template <class E>
 using ScoreOperand = std::conditional_t<std::is_same<E, __nv_bfloat16>::value, float, E>;
 
+// all_shared: ask for the largest shared-memory carveout, so that blocks of
+// over half of it (the fp32 tiled kernels, chunk_gradient_tiled.hpp's
+// kTiledStages) still run two to an SM.
 template <class Kernel>
 void launch(Kernel kernel, std::size_t bytes, int blocks, int threads, const TensorCoreBackwardArgs& args,
-            cudaStream_t stream, const char* what) {
+            cudaStream_t stream, const char* what, bool all_shared = false) {
   check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
                "cudaFuncSetAttribute");
+  if (all_shared)
+    check_launch(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      static_cast<int>(cudaSharedmemCarveoutMaxShared)),
+                 "cudaFuncSetAttribute");
   kernel<<<blocks, threads, bytes, stream>>>(args);
   check_launch(cudaGetLastError(), what);
 }
@@ -213,9 +220,9 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
       constexpr bool kB = decltype(bnd)::value;
       detail::launch(detail::value_gradient_kernel<E, kB, false, true>, detail::kChannelValueGradientBytes<E>,
                      chunk_heads * nvb,
-                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
+                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv", kFp32);
       detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB, false, true>, detail::kQueryKeyGradientBytes<E>,
-                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
+                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk", kFp32);
     };
     if (bounded) channel_chunks(std::true_type{});
     else channel_chunks(std::false_type{});
@@ -233,9 +240,9 @@ void run_tensor_core_backward(TensorCoreBackwardArgs args, int B, std::int64_t T
       constexpr bool kB = decltype(bnd)::value, kG = decltype(gate)::value;
       const std::size_t extra = kG ? detail::kGateBytes : 0;
       detail::launch(detail::query_key_gradient_kernel<E, SnapT, kB, kG>, detail::kQueryKeyGradientBytes<E> + extra,
-                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk");
+                     chunk_heads * nkb, detail::kTiledGradientThreads, args, stream, "tensor-core backward: dq, dk", kFp32);
       detail::launch(detail::value_gradient_kernel<E, kB, kG>, detail::kValueGradientBytes<E> + extra, chunk_heads * nvb,
-                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv");
+                     detail::kTiledGradientThreads, args, stream, "tensor-core backward: dv", kFp32);
     };
     auto with_bound = [&](auto gate) {
       if (bounded) tiled(std::true_type{}, gate);
