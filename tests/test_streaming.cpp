@@ -45,7 +45,7 @@ struct Streamed {
 };
 
 Streamed stream_case(const TempDir& dir, const std::string& name, const CaseData& data, std::int64_t chunk,
-                     const ForwardConfig& forward, std::int64_t budget) {
+                     const ForwardConfig& forward, std::int64_t budget, std::int64_t device_window_parts = 0) {
   const std::string input = dir / (name + ".h5");
   write_input_file(input, {{"", data}});
   RunOptions opt;
@@ -56,6 +56,7 @@ Streamed stream_case(const TempDir& dir, const std::string& name, const CaseData
   opt.chunk = chunk;
   opt.scale = 0.5;
   opt.memory_budget = budget;
+  opt.device_window_parts = device_window_parts;
   opt.durable = false;
   std::ostringstream progress, errors;
   const std::vector<CaseResult> results = run_batch(opt, progress, errors);
@@ -224,6 +225,37 @@ TEST(Streaming, GatedCasesMatchWhole) {
         const ForwardOutput ungated = run_forward(whole, cfg, data.q, data.k, data.v, s0 ? &data.initial_state : nullptr);
         EXPECT_FALSE(same_bits(s.output.o, ungated.o)) << "the gate made no difference";
       }
+}
+
+// A packed case's windows gathered into device windows of up to 3 of them
+// (pipeline/window_groups.hpp; on host backends only when asked, as here):
+// uploaded part by part, computed in one launch, downloaded part by part, with
+// the whole case's bits. Initial states and key sums of sequences that start
+// in any part, the state carried between device windows, every gate.
+TEST(Streaming, DeviceWindowsMatchWhole) {
+  TempDir dir("streaming-device-windows");
+  Problem p;
+  p.B = 1; p.H = 2; p.DK = 16; p.DV = 24; p.chunk = 16;
+  p.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500, 530, 700, 703};
+  p.T = p.cu_seqlens.back();
+  int n = 0;
+  for (GateKind gate : {GateKind::none, GateKind::per_head, GateKind::per_token, GateKind::per_channel})
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      const bool normalize = gate == GateKind::none && dtype == DType::f32;
+      SCOPED_TRACE(std::string(gate_dataset_name(gate)) + " " + dtype_name(dtype) + (normalize ? " normalized" : ""));
+      CaseData data = case_data(p, dtype, 60 + n, true, normalize);
+      data.gate = gate;
+      if (gate != GateKind::none) data.log_decay = random_tensor(DType::f32, gate_shape(p, gate), 70 + n, -0.7, 0.0);
+      ForwardConfig cfg;
+      cfg.normalize = normalize;
+      cfg.snapshots = n % 2 ? SnapshotMode::bf16 : SnapshotMode::accumulation;
+      const Streamed s = stream_case(dir, "dw" + std::to_string(n++), data, 16, cfg, kTinyBudget, 3);
+      ASSERT_TRUE(s.result.ok);
+      EXPECT_GE(s.result.windows, 4);
+      EXPECT_LT(s.result.device_windows, s.result.windows) << "no windows were gathered";
+      EXPECT_GT(s.result.device_windows, 1) << "one device window carries no state to the next";
+      expect_same_as_whole(data, s, 16, cfg);
+    }
 }
 
 // A budget too small for one chunk of every sequence fails the case with the

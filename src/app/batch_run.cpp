@@ -23,6 +23,7 @@
 #include "pipeline/read_stage.hpp"
 #include "pipeline/reader_group.hpp"
 #include "pipeline/signal_cleanup.hpp"
+#include "pipeline/window_groups.hpp"
 #include "pipeline/write_stage.hpp"
 
 #include <unistd.h>
@@ -239,6 +240,8 @@ class Batch {
       throw case_error(r, e.what());
     }
     r.windows = static_cast<std::int64_t>(windows.size());
+    const std::vector<WindowGroup> groups = group_windows(p, s, windows, group_limits(p));
+    r.device_windows = static_cast<std::int64_t>(groups.size());
     const DType snap = s.snapshot;
     r.min_bytes =
         count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state, r.gate).total();
@@ -278,29 +281,65 @@ class Batch {
         ++next_read;
       }
     };
+    auto add = [&](const WindowTimes& t) {
+      times += t;
+      totals_ += t;
+    };
+    auto wait_read = [&](std::size_t i) {
+      const Clock::time_point waited = Clock::now();
+      reads_.reader(i).wait_read(until);
+      wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
+    };
+    auto output_slot = [&] {
+      const Clock::time_point waited = Clock::now();
+      const int slot = outputs_.pool().acquire();
+      wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
+      return slot;
+    };
+    auto input_slot = [&](std::size_t i) { return reads_.slots().data(static_cast<int>(i % split_.input_slots)); };
+    auto write = [&](std::size_t i, int out_slot) {
+      writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
+    };
     try {
       send_reads(0);
-      for (std::size_t i = 0; i < windows.size(); ++i) {
-        Clock::time_point waited = Clock::now();
-        reads_.reader(i).wait_read(until);
-        wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
-        if (out->failed.load()) break;
-        waited = Clock::now();
-        const int out_slot = outputs_.pool().acquire();
-        wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
-        WindowJob job{&p, &s, &windows[i], layouts[i], reads_.slots().data(static_cast<int>(i % split_.input_slots)),
-                      outputs_.pool().data(out_slot)};
-        WindowTimes t;
-        try {
-          t = stage.run(job);
-        } catch (...) {
-          outputs_.pool().release(out_slot);
-          throw;
+      for (const WindowGroup& g : groups) {
+        if (g.parts() == 1) {  // one window: its output slot is where host backends' kernels write
+          const std::size_t i = g.first;
+          wait_read(i);
+          if (out->failed.load()) break;
+          const int out_slot = output_slot();
+          WindowJob job{&p, &s, &windows[i], layouts[i], input_slot(i), outputs_.pool().data(out_slot)};
+          try {
+            add(stage.run(job));
+          } catch (...) {
+            outputs_.pool().release(out_slot);
+            throw;
+          }
+          send_reads(i + 1);
+          write(i, out_slot);
+          continue;
         }
-        times += t;
-        totals_ += t;
-        send_reads(i + 1);
-        writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
+        // A device window: its parts uploaded as they arrive (each input slot
+        // free for the next read at once), one launch, then each part
+        // downloaded into an output slot and written.
+        stage.begin(WindowJob{&p, &s, &g.window, window_layout(p, s, g.window), nullptr, nullptr}, true);
+        for (std::size_t i = g.first; i < g.last && !out->failed.load(); ++i) {
+          wait_read(i);
+          add(stage.upload_part(WindowJob{&p, &s, &windows[i], layouts[i], input_slot(i), nullptr}));
+          send_reads(i + 1);
+        }
+        if (out->failed.load()) break;
+        add(stage.compute());
+        for (std::size_t i = g.first; i < g.last; ++i) {
+          const int out_slot = output_slot();
+          try {
+            add(stage.download_part(WindowJob{&p, &s, &windows[i], layouts[i], nullptr, outputs_.pool().data(out_slot)}));
+          } catch (...) {
+            outputs_.pool().release(out_slot);
+            throw;
+          }
+          write(i, out_slot);
+        }
       }
       for (ReaderProcess* reader : reads_.processes()) {
         reader->drain(until);  // reads left after a write failure
@@ -338,6 +377,23 @@ class Batch {
     device_memory(free_bytes, total);
     const std::int64_t usable = static_cast<std::int64_t>(free_bytes) * 8 / 10 - 2 * split_.slot_bytes;
     return std::max<std::int64_t>(usable, 0);
+  }
+
+  // How far a packed case's windows are gathered on the device
+  // (pipeline/window_groups.hpp): within half of the device's free memory,
+  // until every multiprocessor has 8 (sequence, head) walks, where a launch
+  // no longer leaves the GPU idle while it walks long sequences.
+  GroupLimits group_limits(const Problem& p) const {
+    GroupLimits g;
+    g.max_parts = opt_.device_window_parts;
+    g.enabled = p.varlen() && (host_execution ? opt_.device_window_parts > 1 : opt_.device_window_parts != 1);
+    if (!g.enabled) return g;
+    std::size_t free_bytes = 0, total = 0;
+    device_memory(free_bytes, total);
+    g.device_bytes = host_execution ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(free_bytes / 2);
+    const int sms = device_multiprocessors();
+    g.walks = sms > 0 ? 8 * std::int64_t(sms) : std::numeric_limits<std::int64_t>::max();
+    return g;
   }
 
   ComputeStage& stage_for(const Problem& p, const CaseStorage& s) {

@@ -39,6 +39,11 @@ struct RunOptions {
   double case_timeout = 1800;    // seconds the reader may take on one case (listing a file counts as one)
   std::string reader_exe;        // the program started as the reader process; "": this program
   int readers = 2;               // reader processes reading windows side by side
+  // Most windows of a packed case gathered into one device window
+  // (pipeline/window_groups.hpp). 0: as the device's memory allows, until the
+  // GPU's multiprocessors have several walks each; 1: none. Host backends
+  // gather only when it is above 1 (tests), as their kernels run in the slots.
+  std::int64_t device_window_parts = 0;
   bool progress_bar = true;      // a redrawn bar when stderr is a terminal
   bool context_parallel = false;  // every case split along T over the MPI ranks (context_parallel_run.hpp)
   double carry_cost = -1;  // context parallel: the state pass's time per token over the forward's; < 0: measured one
@@ -56,6 +61,7 @@ struct CaseResult {
   double kernel_seconds = 0, min_bytes = 0;
   double wall_seconds = 0;  // from reading its first window to committing its file
   std::int64_t windows = 0;
+  std::int64_t device_windows = 0;  // the launches its windows ran in (window_groups.hpp)
   std::string segment_chunks;  // context parallel: each rank's chunks, "9+7" (then windows is not printed)
   std::string rank_phases;     // context parallel, rank 0: a line per rank, its seconds by step
   std::string tile_path;  // the kernel path that ran (gemm_path_name), once computed

@@ -30,7 +30,7 @@ std::string encode_results(const std::vector<CaseResult>& results, const std::ve
   for (std::size_t i : indices) {
     const CaseResult& r = results[i];
     w.i64(static_cast<std::int64_t>(i)).str(r.input).str(r.group).str(r.output).str(r.error).str(r.tile_path);
-    w.i64(r.ok).i64(r.skipped).i64(static_cast<std::int64_t>(r.dtype)).i64(r.windows);
+    w.i64(r.ok).i64(r.skipped).i64(static_cast<std::int64_t>(r.dtype)).i64(r.windows).i64(r.device_windows);
     w.i64(bits_of(r.kernel_seconds)).i64(bits_of(r.min_bytes)).i64(bits_of(r.wall_seconds));
     w.i64(static_cast<std::int64_t>(r.external_data.size()));
     for (const std::string& name : r.external_data) w.str(name);
@@ -59,6 +59,7 @@ void decode_results(const std::string& bytes, std::vector<CaseResult>& results) 
     r.skipped = m.i64() != 0;
     r.dtype = static_cast<DType>(m.i64());
     r.windows = m.i64();
+    r.device_windows = m.i64();
     r.kernel_seconds = double_of(m.i64());
     r.min_bytes = double_of(m.i64());
     r.wall_seconds = double_of(m.i64());

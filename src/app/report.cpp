@@ -36,7 +36,11 @@ std::string progress_line(std::size_t index, std::size_t total, const CaseResult
          "  " + variant_name(variant) + (r.tile_path.empty() ? "" : "/" + r.tile_path) +
          "  scale " + scale_text(r.problem->scale) + "  kernel " + fixed(r.kernel_seconds * 1e3, 3) + " ms  " +
          fixed(r.gigabytes_per_second(), 2) + " GB/s  wall " + fixed(r.wall_seconds, 2) + " s  " +
-         (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows")
+         (r.segment_chunks.empty() ? std::to_string(r.windows) + (r.windows == 1 ? " window" : " windows") +
+                                         (r.device_windows > 0 && r.device_windows < r.windows
+                                              ? " in " + std::to_string(r.device_windows) +
+                                                    (r.device_windows == 1 ? " launch" : " launches")
+                                              : "")
                                    : "chunks " + r.segment_chunks + " by rank") +
          external_data_note(r.external_data) + "  -> " + printable(r.output);
 }

@@ -6,6 +6,10 @@
 // the output slot. On host backends the kernels read and write the slots
 // directly: there is nothing to copy.
 //
+// Several windows of a packed case may run as one device window
+// (window_groups.hpp): uploaded part by part, computed in one launch,
+// downloaded part by part.
+//
 // The tensor-core kernel's split of few long sequences into segments sums the
 // state in another order; a window's split would depend on the window, so the
 // pipeline never splits (segments = 1), and a case's bits do not depend on
@@ -43,7 +47,22 @@ class ComputeStage {
   virtual ~ComputeStage() = default;
   // Runs one window; the first window of a case starts from the case's own
   // initial state, a later one from the state the window before it carried.
-  virtual WindowTimes run(const WindowJob& job) = 0;
+  WindowTimes run(const WindowJob& job) {
+    begin(job, false);
+    WindowTimes t = upload_part(job);
+    t += compute();
+    t += download_part(job);
+    return t;
+  }
+  // A device window (window_groups.hpp) in steps: begin with the merged
+  // window (its input and output null), upload each part from its input
+  // slot, compute once, download each part into its output slot. staged:
+  // the parts are copied into the stage's own buffers even on host backends
+  // (whose single windows the kernels read and write in their slots).
+  virtual void begin(const WindowJob& group, bool staged) = 0;
+  virtual WindowTimes upload_part(const WindowJob& part) = 0;
+  virtual WindowTimes compute() = 0;
+  virtual WindowTimes download_part(const WindowJob& part) = 0;
   // One tiny run of this case's kernels (module loading, first-launch costs),
   // so that they are not counted as a case's kernel time. Returns seconds.
   virtual double warm_up(const Problem& whole, const CaseStorage& storage) = 0;

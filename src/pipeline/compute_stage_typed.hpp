@@ -56,140 +56,187 @@ class TypedComputeStage final : public ComputeStage {
     return timer.seconds();
   }
 
-  WindowTimes run(const WindowJob& job) override {
-    const Problem& whole = *job.whole;
-    const CaseStorage& s = *job.storage;
-    const Window& w = *job.window;
-    const WindowLayout& l = job.layout;
-    const Problem p = window_problem(whole, w);
-    const bool first = w.t0 == 0;  // the case's first window: its carry buffers are set up
-    WindowTimes times;
-    Kokkos::Timer timer;
+  void begin(const WindowJob& group, bool staged) override {
+    whole_ = group.whole;
+    s_ = group.storage;
+    gw_ = *group.window;
+    gl_ = group.layout;
+    p_ = window_problem(*whole_, gw_);
+    staged_ = !zero_copy || staged;
+    const CaseStorage& s = *s_;
+    const bool first = gw_.t0 == 0;  // the case's first window: its carry buffers are set up
 
     // Device memory of this window, carved from one arena that grows as needed.
-    const std::int64_t R = l.rows, N = l.states, H = p.H, DK = p.DK, DV = p.DV, Tw = p.T;
+    const std::int64_t R = gl_.rows, N = gl_.states, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = p_.T;
     const std::int64_t state = H * DK * DV, zrow = H * DK;
-    const bool carried = w.continues;  // the state before the window comes from the one before
+    const bool carried = gw_.continues;  // the state before the window comes from the one before
     const bool with_s0 = s.has_initial_state || carried;
     const bool with_z0 = s.normalize && (s.has_initial_z || carried);
     arena_.reset();
-    const std::int64_t aq = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DK);
-    const std::int64_t ak = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DK);
-    const std::int64_t av = zero_copy ? -1 : arena_.template take<In>(R * Tw * H * DV);
-    const std::int64_t ao = zero_copy ? -1 : arena_.template take<Out>(R * Tw * H * DV);
-    const std::int64_t ah = zero_copy || !s.snapshots ? -1 : arena_.template take<Snap>(R * w.chunks * state);
+    const std::int64_t aq = staged_ ? arena_.template take<In>(R * Tw * H * DK) : -1;
+    const std::int64_t ak = staged_ ? arena_.template take<In>(R * Tw * H * DK) : -1;
+    const std::int64_t av = staged_ ? arena_.template take<In>(R * Tw * H * DV) : -1;
+    const std::int64_t ao = staged_ ? arena_.template take<Out>(R * Tw * H * DV) : -1;
+    const std::int64_t ah = staged_ && s.snapshots ? arena_.template take<Snap>(R * gw_.chunks * state) : -1;
     const std::int64_t afs = arena_.template take<Acc>(N * state);
     const std::int64_t as0 = with_s0 ? arena_.template take<Acc>(N * state) : -1;
     const std::int64_t az0 = with_z0 ? arena_.template take<Acc>(N * zrow) : -1;
     const std::int64_t azs = s.normalize ? arena_.template take<Acc>(N * zrow) : -1;
-    const bool raw_o = s.normalize && !std::is_same<Out, Acc>::value && normalize_writes_raw_o(choose_path_here<In>(p, config_));
+    const bool raw_o = s.normalize && !std::is_same<Out, Acc>::value && normalize_writes_raw_o(choose_path_here<In>(p_, config_));
     const std::int64_t araw = raw_o ? arena_.template take<Acc>(R * Tw * H * DV) : -1;
-    const std::int64_t gate_count = s.gate == GateKind::per_token     ? R * Tw * H
-                                   : s.gate == GateKind::per_channel ? R * Tw * H * DK
-                                   : s.gate == GateKind::per_head    ? H
-                                                                     : 0;
-    const std::int64_t ag = zero_copy || gate_count == 0 ? -1 : arena_.template take<Acc>(gate_count);
+    gate_count_ = s.gate == GateKind::per_token     ? R * Tw * H
+                 : s.gate == GateKind::per_channel ? R * Tw * H * DK
+                 : s.gate == GateKind::per_head    ? H
+                                                   : 0;
+    const std::int64_t ag = staged_ && gate_count_ > 0 ? arena_.template take<Acc>(gate_count_) : -1;
     arena_.grow();
-    In* q = zero_copy ? host_ptr<In>(job.input, l.q) : arena_.template at<In>(aq);
-    In* k = zero_copy ? host_ptr<In>(job.input, l.k) : arena_.template at<In>(ak);
-    In* v = zero_copy ? host_ptr<In>(job.input, l.v) : arena_.template at<In>(av);
-    Out* o = zero_copy ? host_ptr<Out>(job.output, l.o) : arena_.template at<Out>(ao);
-    Snap* h = !s.snapshots ? nullptr : zero_copy ? host_ptr<Snap>(job.output, l.h) : arena_.template at<Snap>(ah);
-    Acc* fs = arena_.template at<Acc>(afs);
-    Acc* s0 = arena_.template at<Acc>(as0);
-    Acc* z0 = arena_.template at<Acc>(az0);
-    Acc* zs = arena_.template at<Acc>(azs);
-    Acc* o_raw = arena_.template at<Acc>(araw);
-    Acc* g = gate_count == 0 ? nullptr : zero_copy ? host_ptr<Acc>(job.input, l.gate) : arena_.template at<Acc>(ag);
+    // Unstaged (a host backend's single window), q, k, v, g, o and h are the slots' own (upload_part).
+    q_ = arena_.template at<In>(aq);
+    k_ = arena_.template at<In>(ak);
+    v_ = arena_.template at<In>(av);
+    o_ = arena_.template at<Out>(ao);
+    h_ = arena_.template at<Snap>(ah);
+    g_ = arena_.template at<Acc>(ag);
+    fs_ = arena_.template at<Acc>(afs);
+    s0_ = arena_.template at<Acc>(as0);
+    z0_ = arena_.template at<Acc>(az0);
+    zs_ = arena_.template at<Acc>(azs);
+    o_raw_ = arena_.template at<Acc>(araw);
     if (first) {
       carry_.reset();
-      const std::int64_t carry_rows = whole.varlen() ? 1 : whole.B;
+      const std::int64_t carry_rows = whole_->varlen() ? 1 : whole_->B;
       const std::int64_t acs = carry_.template take<Acc>(carry_rows * state), acz = carry_.template take<Acc>(carry_rows * zrow);
       carry_.grow();
       carry_state_ = carry_.template at<Acc>(acs);
       carry_z_ = carry_.template at<Acc>(acz);
     }
 
-    // Upload: q, k, v, then the starting state: the carried rows, the file's
-    // rows for sequences that start here, zeros for the others.
-    if (!zero_copy) {
-      upload(q, job.input + l.q, R * Tw * H * DK * sizeof(In));
-      upload(k, job.input + l.k, R * Tw * H * DK * sizeof(In));
-      upload(v, job.input + l.v, R * Tw * H * DV * sizeof(In));
-      if (g) upload(g, job.input + l.gate, gate_count * sizeof(Acc));
+    // The starting state: the carried rows, then the rows of the sequences
+    // that start here (each part uploads the file's; zeros without them).
+    const std::int64_t fresh_slot = N - gl_.fresh_rows;  // the first state row that starts here
+    if (s0_) {
+      if (carried) device_copy(s0_, carry_state_, (whole_->varlen() ? 1 : N) * state);
+      if (gl_.fresh_rows > 0 && !s.has_initial_state) fill(s0_ + fresh_slot * state, gl_.fresh_rows * state, Acc(0));
     }
-    const std::int64_t fresh_slot = N - l.fresh_rows;  // the first state row that starts here
-    if (s0) {
-      if (carried) device_copy(s0, carry_state_, (whole.varlen() ? 1 : N) * state);
-      if (l.fresh_rows > 0) {
-        if (s.has_initial_state) upload(s0 + fresh_slot * state, job.input + l.initial_state, l.fresh_rows * state * sizeof(Acc));
-        else fill(s0 + fresh_slot * state, l.fresh_rows * state, Acc(0));
-      }
+    if (z0_) {
+      if (carried) device_copy(z0_, carry_z_, (whole_->varlen() ? 1 : N) * zrow);
+      if (gl_.fresh_rows > 0 && !s.has_initial_z) fill(z0_ + fresh_slot * zrow, gl_.fresh_rows * zrow, Acc(0));
     }
-    if (z0) {
-      if (carried) device_copy(z0, carry_z_, (whole.varlen() ? 1 : N) * zrow);
-      if (l.fresh_rows > 0) {
-        if (s.has_initial_z) upload(z0 + fresh_slot * zrow, job.input + l.initial_z, l.fresh_rows * zrow * sizeof(Acc));
-        else fill(z0 + fresh_slot * zrow, l.fresh_rows * zrow, Acc(0));
-      }
+  }
+
+  WindowTimes upload_part(const WindowJob& part) override {
+    const CaseStorage& s = *s_;
+    const Window& w = *part.window;
+    const WindowLayout& l = part.layout;
+    WindowTimes times;
+    Kokkos::Timer timer;
+    const std::int64_t R = l.rows, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = w.tokens();
+    const std::int64_t state = H * DK * DV, zrow = H * DK;
+    if (!staged_) {  // the window itself, in its slots
+      q_ = host_ptr<In>(part.input, l.q);
+      k_ = host_ptr<In>(part.input, l.k);
+      v_ = host_ptr<In>(part.input, l.v);
+      o_ = host_ptr<Out>(part.output, l.o);
+      h_ = s.snapshots ? host_ptr<Snap>(part.output, l.h) : nullptr;
+      g_ = gate_count_ > 0 ? host_ptr<Acc>(part.input, l.gate) : nullptr;
+    } else {
+      // A part's tokens follow the parts before it (a packed case has one row; other cases one part).
+      const std::int64_t dt = w.t0 - gw_.t0;
+      if (dt != 0 && R != 1) throw std::logic_error("compute stage: a device window of several parts with several rows");
+      upload(q_ + dt * H * DK, part.input + l.q, R * Tw * H * DK * sizeof(In));
+      upload(k_ + dt * H * DK, part.input + l.k, R * Tw * H * DK * sizeof(In));
+      upload(v_ + dt * H * DV, part.input + l.v, R * Tw * H * DV * sizeof(In));
+      if (s.gate == GateKind::per_token) upload(g_ + dt * H, part.input + l.gate, R * Tw * H * sizeof(Acc));
+      if (s.gate == GateKind::per_channel) upload(g_ + dt * H * DK, part.input + l.gate, R * Tw * H * DK * sizeof(Acc));
+      if (s.gate == GateKind::per_head) upload(g_, part.input + l.gate, H * sizeof(Acc));
+    }
+    // The file's rows of the sequences that start in this part, at their rows of the device window's.
+    const std::int64_t fresh_slot = (gl_.states - gl_.fresh_rows) + (l.fresh_row0 - gl_.fresh_row0);
+    if (l.fresh_rows > 0) {
+      if (s0_ && s.has_initial_state)
+        upload(s0_ + fresh_slot * state, part.input + l.initial_state, l.fresh_rows * state * sizeof(Acc));
+      if (z0_ && s.has_initial_z)
+        upload(z0_ + fresh_slot * zrow, part.input + l.initial_z, l.fresh_rows * zrow * sizeof(Acc));
     }
     copies_.fence();
-    if (config_.poison_outputs) {
-      fill(o, R * Tw * H * DV, quiet_nan<Out>());
-      if (h) fill(h, R * w.chunks * state, quiet_nan<Snap>());
-      fill(fs, N * state, quiet_nan<Acc>());
-      if (zs) fill(zs, N * zrow, quiet_nan<Acc>());
-      if (o_raw) fill(o_raw, R * Tw * H * DV, quiet_nan<Acc>());
-      copies_.fence();
-    }
     times.upload = timer.seconds();
+    return times;
+  }
+
+  WindowTimes compute() override {
+    const CaseStorage& s = *s_;
+    const std::int64_t R = gl_.rows, N = gl_.states, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = p_.T;
+    const std::int64_t state = H * DK * DV, zrow = H * DK;
+    WindowTimes times;
+    Kokkos::Timer timer;
+    if (config_.poison_outputs) {
+      fill(o_, R * Tw * H * DV, quiet_nan<Out>());
+      if (h_) fill(h_, R * gw_.chunks * state, quiet_nan<Snap>());
+      fill(fs_, N * state, quiet_nan<Acc>());
+      if (zs_) fill(zs_, N * zrow, quiet_nan<Acc>());
+      if (o_raw_) fill(o_raw_, R * Tw * H * DV, quiet_nan<Acc>());
+      copies_.fence();
+      timer.reset();
+    }
 
     // The variant (and normalization) on the default execution space.
-    timer.reset();
-    const std::vector<std::int64_t> hs = p.h_shape();
+    const std::vector<std::int64_t> hs = p_.h_shape();
     ForwardViews<In, Out, Snap, Acc> views;
-    views.q = DeviceView4<const In>(q, R, Tw, H, DK);
-    views.k = DeviceView4<const In>(k, R, Tw, H, DK);
-    views.v = DeviceView4<const In>(v, R, Tw, H, DV);
-    if (s0) views.initial_state = DeviceView4<const Acc>(s0, N, H, DK, DV);
-    if (h) views.h = DeviceView5<Snap>(h, hs[0], hs[1], hs[2], hs[3], hs[4]);
-    views.final_state = DeviceView4<Acc>(fs, N, H, DK, DV);
-    views.o = DeviceView4<Out>(o, R, Tw, H, DV);
-    if (s.gate == GateKind::per_token) views.g = DeviceView3<const Acc>(g, R, Tw, H);
-    if (s.gate == GateKind::per_head) views.g_gamma = DeviceView1<const Acc>(g, H);
-    if (s.gate == GateKind::per_channel) views.gk = DeviceView4<const Acc>(g, R, Tw, H, DK);
+    views.q = DeviceView4<const In>(q_, R, Tw, H, DK);
+    views.k = DeviceView4<const In>(k_, R, Tw, H, DK);
+    views.v = DeviceView4<const In>(v_, R, Tw, H, DV);
+    if (s0_) views.initial_state = DeviceView4<const Acc>(s0_, N, H, DK, DV);
+    if (h_) views.h = DeviceView5<Snap>(h_, hs[0], hs[1], hs[2], hs[3], hs[4]);
+    views.final_state = DeviceView4<Acc>(fs_, N, H, DK, DV);
+    views.o = DeviceView4<Out>(o_, R, Tw, H, DV);
+    if (s.gate == GateKind::per_token) views.g = DeviceView3<const Acc>(g_, R, Tw, H);
+    if (s.gate == GateKind::per_head) views.g_gamma = DeviceView1<const Acc>(g_, H);
+    if (s.gate == GateKind::per_channel) views.gk = DeviceView4<const Acc>(g_, R, Tw, H, DK);
     ForwardConfig config = config_;
     config.gate = s.gate;  // the case's own (one stage serves every case of its input type)
     VariantRun ran;
     if (s.normalize) {
       NormalizeViews<Acc> norm;
       if constexpr (std::is_same<Out, Acc>::value) norm.o_raw = views.o;
-      else if (o_raw) norm.o_raw = DeviceView4<Acc>(o_raw, R, Tw, H, DV);
-      if (z0) norm.z0 = DeviceView3<const Acc>(z0, N, H, DK);
-      norm.z_state = DeviceView3<Acc>(zs, N, H, DK);
-      ran = run_variant_normalized(p, config, views, norm);
+      else if (o_raw_) norm.o_raw = DeviceView4<Acc>(o_raw_, R, Tw, H, DV);
+      if (z0_) norm.z0 = DeviceView3<const Acc>(z0_, N, H, DK);
+      norm.z_state = DeviceView3<Acc>(zs_, N, H, DK);
+      ran = run_variant_normalized(p_, config, views, norm);
     } else {
-      ran = run_variant(p, config, views);
+      ran = run_variant(p_, config, views);
     }
     Kokkos::fence();
     times.kernel = timer.seconds();
     gemm_ = ran.gemm;
 
-    // Carry the state (and z) of the sequences that go on, then download.
+    // Carry the state (and z) of the sequence(s) that go on into the next window.
     timer.reset();
-    if (w.carries) {
-      const std::int64_t row = whole.varlen() ? N - 1 : 0, rows = whole.varlen() ? 1 : N;
-      device_copy(carry_state_, fs + row * state, rows * state);
-      if (zs) device_copy(carry_z_, zs + row * zrow, rows * zrow);
+    if (gw_.carries) {
+      const std::int64_t row = whole_->varlen() ? N - 1 : 0, rows = whole_->varlen() ? 1 : N;
+      device_copy(carry_state_, fs_ + row * state, rows * state);
+      if (zs_) device_copy(carry_z_, zs_ + row * zrow, rows * zrow);
     }
-    if (!zero_copy) {
-      download(job.output + l.o, o, R * Tw * H * DV * sizeof(Out));
-      if (h) download(job.output + l.h, h, R * w.chunks * state * sizeof(Snap));
+    copies_.fence();
+    times.download = timer.seconds();
+    return times;
+  }
+
+  WindowTimes download_part(const WindowJob& part) override {
+    const Window& w = *part.window;
+    const WindowLayout& l = part.layout;
+    WindowTimes times;
+    Kokkos::Timer timer;
+    const std::int64_t R = l.rows, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = w.tokens();
+    const std::int64_t state = H * DK * DV, zrow = H * DK;
+    if (staged_) {  // this part's tokens and chunks of the device window's
+      const std::int64_t dt = w.t0 - gw_.t0, dc = w.chunk0 - gw_.chunk0;
+      download(part.output + l.o, o_ + dt * H * DV, R * Tw * H * DV * sizeof(Out));
+      if (h_) download(part.output + l.h, h_ + dc * state, R * w.chunks * state * sizeof(Snap));
     }
-    const std::int64_t finished_slot = whole.varlen() ? l.finished_row0 - w.seq_begin : 0;
+    const std::int64_t finished_slot = whole_->varlen() ? l.finished_row0 - gw_.seq_begin : 0;
     if (l.finished_rows > 0) {
-      download(job.output + l.final_state, fs + finished_slot * state, l.finished_rows * state * sizeof(Acc));
-      if (zs) download(job.output + l.final_z, zs + finished_slot * zrow, l.finished_rows * zrow * sizeof(Acc));
+      download(part.output + l.final_state, fs_ + finished_slot * state, l.finished_rows * state * sizeof(Acc));
+      if (zs_) download(part.output + l.final_z, zs_ + finished_slot * zrow, l.finished_rows * zrow * sizeof(Acc));
     }
     copies_.fence();
     times.download = timer.seconds();
@@ -253,6 +300,19 @@ class TypedComputeStage final : public ComputeStage {
 
   ForwardConfig config_;
   ExecSpace copies_;
+  // The device window begin() set up: its case, merged window and layout, and
+  // its buffers (q_ .. g_ the slots' own when not staged).
+  const Problem* whole_ = nullptr;
+  const CaseStorage* s_ = nullptr;
+  Window gw_;
+  WindowLayout gl_;
+  Problem p_;
+  bool staged_ = true;
+  std::int64_t gate_count_ = 0;
+  In *q_ = nullptr, *k_ = nullptr, *v_ = nullptr;
+  Out* o_ = nullptr;
+  Snap* h_ = nullptr;
+  Acc *g_ = nullptr, *fs_ = nullptr, *s0_ = nullptr, *z0_ = nullptr, *zs_ = nullptr, *o_raw_ = nullptr;
   Arena arena_, carry_;
   Acc* carry_state_ = nullptr;
   Acc* carry_z_ = nullptr;

@@ -40,4 +40,15 @@ void device_memory(std::size_t& free_bytes, std::size_t& total_bytes) {
   free_bytes = static_cast<std::size_t>(available) * static_cast<std::size_t>(size);
 }
 
+int device_multiprocessors() {
+#if defined(KOKKOS_ENABLE_CUDA)
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) == cudaSuccess &&
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) == cudaSuccess)
+    return count;
+  cudaGetLastError();
+#endif
+  return 0;
+}
+
 }  // namespace linattn::pipeline

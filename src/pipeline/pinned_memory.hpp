@@ -14,4 +14,7 @@ void unpin_host_memory(void* data);
 // the host's available and total memory.
 void device_memory(std::size_t& free_bytes, std::size_t& total_bytes);
 
+// Multiprocessors of the device the kernels run on; 0 on host backends.
+int device_multiprocessors();
+
 }  // namespace linattn::pipeline
