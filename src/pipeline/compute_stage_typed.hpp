@@ -126,12 +126,11 @@ class TypedComputeStage final : public ComputeStage {
 
   WindowTimes upload_part(const WindowJob& part) override {
     const CaseStorage& s = *s_;
-    const Window& w = *part.window;
     const WindowLayout& l = part.layout;
+    const PartShape ps = part_shape(part);
+    const std::int64_t R = ps.R, H = ps.H, DK = ps.DK, DV = ps.DV, Tw = ps.Tw, state = ps.state, zrow = ps.zrow;
     WindowTimes times;
     Kokkos::Timer timer;
-    const std::int64_t R = l.rows, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = w.tokens();
-    const std::int64_t state = H * DK * DV, zrow = H * DK;
     if (!staged_) {  // the window itself, in its slots
       q_ = host_ptr<In>(part.input, l.q);
       k_ = host_ptr<In>(part.input, l.k);
@@ -140,8 +139,7 @@ class TypedComputeStage final : public ComputeStage {
       h_ = s.snapshots ? host_ptr<Snap>(part.output, l.h) : nullptr;
       g_ = gate_count_ > 0 ? host_ptr<Acc>(part.input, l.gate) : nullptr;
     } else {
-      // A part's tokens follow the parts before it (a packed case has one row; other cases one part).
-      const std::int64_t dt = w.t0 - gw_.t0;
+      const std::int64_t dt = ps.dt;
       if (dt != 0 && R != 1) throw std::logic_error("compute stage: a device window of several parts with several rows");
       upload(q_ + dt * H * DK, part.input + l.q, R * Tw * H * DK * sizeof(In));
       upload(k_ + dt * H * DK, part.input + l.k, R * Tw * H * DK * sizeof(In));
@@ -222,16 +220,14 @@ class TypedComputeStage final : public ComputeStage {
   }
 
   WindowTimes download_part(const WindowJob& part) override {
-    const Window& w = *part.window;
     const WindowLayout& l = part.layout;
+    const PartShape ps = part_shape(part);
+    const std::int64_t R = ps.R, H = ps.H, DV = ps.DV, Tw = ps.Tw, state = ps.state, zrow = ps.zrow;
     WindowTimes times;
     Kokkos::Timer timer;
-    const std::int64_t R = l.rows, H = p_.H, DK = p_.DK, DV = p_.DV, Tw = w.tokens();
-    const std::int64_t state = H * DK * DV, zrow = H * DK;
     if (staged_) {  // this part's tokens and chunks of the device window's
-      const std::int64_t dt = w.t0 - gw_.t0, dc = w.chunk0 - gw_.chunk0;
-      download(part.output + l.o, o_ + dt * H * DV, R * Tw * H * DV * sizeof(Out));
-      if (h_) download(part.output + l.h, h_ + dc * state, R * w.chunks * state * sizeof(Snap));
+      download(part.output + l.o, o_ + ps.dt * H * DV, R * Tw * H * DV * sizeof(Out));
+      if (h_) download(part.output + l.h, h_ + ps.dc * state, R * part.window->chunks * state * sizeof(Snap));
     }
     const std::int64_t finished_slot = whole_->varlen() ? l.finished_row0 - gw_.seq_begin : 0;
     if (l.finished_rows > 0) {
@@ -244,6 +240,18 @@ class TypedComputeStage final : public ComputeStage {
   }
 
  private:
+  // A part of the device window: its rows, sizes, and where its tokens (dt)
+  // and chunks (dc) start in the window's (a packed case has one row, so its
+  // parts follow each other; other cases have one part, at 0).
+  struct PartShape {
+    std::int64_t R, H, DK, DV, Tw, state, zrow, dt, dc;
+  };
+  PartShape part_shape(const WindowJob& part) const {
+    const Window& w = *part.window;
+    const std::int64_t H = p_.H, DK = p_.DK, DV = p_.DV;
+    return {part.layout.rows, H, DK, DV, w.tokens(), H * DK * DV, H * DK, w.t0 - gw_.t0, w.chunk0 - gw_.chunk0};
+  }
+
   // Device memory in one allocation that grows (without initializing) when
   // the pieces of a window do not fit: take() reserves aligned pieces in
   // order, grow() makes room, at() gives a piece's address (nullptr for -1).
