@@ -190,7 +190,7 @@ for step in $steps; do
         } 2>&1 | tee "$LOGS/mpi-cp.txt"
       fi
       rm -rf "$d" ;;
-    packed-run-vs-bench)  # issue 29: a packed case's kernel time in run (windows of the budget, never split) beside bench on the same cuts (split: never, and chosen)
+    packed-run-vs-bench)  # issue 29: a packed case's kernel time in run (device windows and windows alone, never split) beside bench on the same cuts (split: never, and chosen)
       d=${PACKED_DIR:-/dev/shm/linattn-packed}; rm -rf "$d"; mkdir -p "$d"
       lens=$(python3 -c "import random; random.seed(5); c=sorted(random.sample(range(1, 65536), 31)); b=[0]+c+[65536]; print(','.join(str(b[i+1]-b[i]) for i in range(32)))")
       "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --seed 4 > /dev/null
@@ -198,8 +198,19 @@ for step in $steps; do
         echo "== 32 sequences, 65536 tokens, 16 heads of 128, bf16; lengths $lens"
         for budget in default 2G; do
           extra=""; [ "$budget" = default ] || extra="--memory-budget $budget"
-          echo "== linattn run ($budget budget): the case's kernel time and windows"
-          for rep in 1 2; do "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out-$budget-$rep" --no-fsync $extra 2>&1 | grep -E "kernel|pipeline"; done
+          # device windows as chosen (0), and each window alone (1, as before them)
+          for dw in 0 1; do
+            echo "== linattn run ($budget budget, --device-windows $dw): the case's kernel time and windows"
+            for rep in 1 2; do
+              "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out-$budget-$dw-$rep" --no-fsync --device-windows $dw $extra 2>&1 |
+                grep -E "kernel|pipeline"
+            done
+          done
+        done
+        echo "== the outputs of --device-windows 0 and 1 (default budget), byte for byte"
+        for x in o h final_state; do
+          python3 -c "import sys, h5py; a, b = (h5py.File(f, 'r')[sys.argv[3]][()] for f in sys.argv[1:3]); print(sys.argv[3], 'same bytes' if a.tobytes() == b.tobytes() else 'DIFFER')" \
+            "$d/out-default-0-1/in.case0.h5" "$d/out-default-1-1/in.case0.h5" $x
         done
         for segments in 1 0; do
           echo "== linattn bench, the same cuts, --segments $segments"
