@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <stdexcept>
 
@@ -59,7 +60,8 @@ void expect_groups_cover(const std::vector<Window>& windows, const std::vector<W
 }
 
 TEST(WindowGroups, AllOfAPackedCaseMergeIntoItsWholeWindow) {
-  const Problem p = packed({1, 63, 64, 65, 300, 17, 130});
+  // Sequences of at most two chunks: a sequence starts in every window.
+  const Problem p = packed({1, 17, 20, 32, 5, 31, 16, 9, 30, 2, 25, 18, 32, 7});
   const CaseStorage s = storage();
   const std::vector<Window> windows = small_windows(p, s);
   ASSERT_GE(windows.size(), 8u);
@@ -82,7 +84,7 @@ TEST(WindowGroups, AllOfAPackedCaseMergeIntoItsWholeWindow) {
 }
 
 TEST(WindowGroups, LimitsEndAGroup) {
-  const Problem p = packed({1, 63, 64, 65, 300, 17, 130, 200, 5, 99});
+  const Problem p = packed({1, 17, 20, 32, 5, 31, 16, 9, 30, 2, 25, 18, 32, 7, 3, 29, 11, 24, 8, 19});
   const CaseStorage s = storage();
   const std::vector<Window> windows = small_windows(p, s);
   // At most three windows a group.
@@ -112,6 +114,29 @@ TEST(WindowGroups, LimitsEndAGroup) {
       EXPECT_LT(before.sequences() * p.H, walks.walks) << "group " << i << " grew past the limit";
     }
   }
+}
+
+// Windows in the middle of a long sequence (no sequence starts in them) add
+// no walk: they are not gathered, and the windows around them still are.
+TEST(WindowGroups, WindowsInsideOneSequenceStayAlone) {
+  const Problem p = packed({20, 12, 400, 9, 30, 7});
+  const CaseStorage s = storage();
+  const std::vector<Window> windows = small_windows(p, s);
+  const std::vector<WindowGroup> groups = group_windows(p, s, windows, unlimited());
+  expect_groups_cover(windows, groups);
+  std::size_t gathered = 0;
+  for (const WindowGroup& g : groups) {
+    if (g.parts() > 1) ++gathered;
+    for (std::size_t i = g.first + 1; i < g.last; ++i)
+      EXPECT_LT(windows[i].fresh_begin(), windows[i].seq_end) << "window " << i << " starts no sequence";
+  }
+  for (std::size_t i = 0; i < windows.size(); ++i)
+    if (windows[i].fresh_begin() == windows[i].seq_end) {
+      EXPECT_TRUE(std::any_of(groups.begin(), groups.end(), [&](const WindowGroup& g) { return g.first == i; }))
+          << "window " << i << " (inside one sequence) should start a group of its own";
+    }
+  EXPECT_GE(gathered, 1u) << "the short sequences around the long one should still be gathered";
+  EXPECT_GT(groups.size(), 3u);
 }
 
 TEST(WindowGroups, PlainCasesAndDisabledLimitsKeepEveryWindow) {

@@ -28,7 +28,10 @@ std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& 
       WindowGroup& g = groups.back();
       const bool open = g.window.sequences() * whole.H < limits.walks &&
                         (limits.max_parts == 0 || static_cast<std::int64_t>(g.parts()) < limits.max_parts);
-      if (open) {
+      // A window that only goes on with the group's last sequence adds no walk, only a longer one:
+      // gathering it would hold its outputs back from the writer for nothing.
+      const bool new_walks = windows[i].fresh_begin() < windows[i].seq_end;
+      if (open && new_walks) {
         const Window merged = merge_windows(g.window, windows[i]);
         if (bytes(merged) <= limits.device_bytes) {
           g.window = merged;

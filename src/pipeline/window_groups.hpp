@@ -39,7 +39,9 @@ Window merge_windows(const Window& a, const Window& b);
 // The plan's windows in groups, in order: plain batches (whose every window
 // already walks all B x H sequences) and disabled limits give one group per
 // window; a packed case's consecutive windows are gathered while the merge
-// fits device_bytes and max_parts, until a group holds `walks` walks.
+// fits device_bytes and max_parts, until a group holds `walks` walks. A
+// window in which no sequence starts (the middle of a long one) is not
+// gathered: it would add no walk to the launch.
 std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& storage,
                                        const std::vector<Window>& windows, const GroupLimits& limits);
 
