@@ -29,9 +29,9 @@ Problem packed(std::vector<std::int64_t> lengths) {
   return p;
 }
 
-// Windows of about two chunks each: most sequences are cut.
-std::vector<Window> small_windows(const Problem& p, const CaseStorage& s) {
-  const std::int64_t limit = 2 * window_bytes(p, s, Window{0, 16, 0, 1, false, true, 0, 1}).input + 2048;
+// Windows of about two chunks each (or `chunks`): most sequences are cut.
+std::vector<Window> small_windows(const Problem& p, const CaseStorage& s, std::int64_t chunks = 2) {
+  const std::int64_t limit = chunks * window_bytes(p, s, Window{0, 16, 0, 1, false, true, 0, 1}).input + 2048;
   return plan_windows(p, s, WindowLimits{limit, limit, limit});
 }
 
@@ -116,27 +116,92 @@ TEST(WindowGroups, LimitsEndAGroup) {
   }
 }
 
-// Windows in the middle of a long sequence (no sequence starts in them) add
-// no walk: they are not gathered, and the windows around them still are.
-TEST(WindowGroups, WindowsInsideOneSequenceStayAlone) {
-  const Problem p = packed({20, 12, 400, 9, 30, 7});
+Window whole_window(const Problem& p, const CaseStorage& s) {
+  const std::vector<Window> whole = plan_windows(p, s, WindowLimits{1 << 30, 1 << 30, 1 << 30});
+  EXPECT_EQ(whole.size(), 1u);
+  return whole.at(0);
+}
+
+bool starts_no_sequence(const Window& w) { return w.fresh_begin() == w.seq_end; }
+
+TEST(WindowGroups, LaunchStepsAreTheLongestWalkOrAllWalksSpread) {
+  const Problem p = packed({20, 12, 40});  // 2, 1 and 3 chunks of 16; 2 heads
+  const Window w = whole_window(p, storage());
+  ASSERT_EQ(w.chunks, 6);
+  EXPECT_DOUBLE_EQ(launch_steps(p, w, 0), 3.0);    // all at once: the longest walk
+  EXPECT_DOUBLE_EQ(launch_steps(p, w, 100), 3.0);  // 0.12 steps spread, still the longest walk
+  EXPECT_DOUBLE_EQ(launch_steps(p, w, 2), 6.0);    // 6 chunks x 2 heads over 2 at a time
+  // A window's piece of a sequence counts, not the whole sequence.
+  const std::vector<Window> windows = small_windows(p, storage());
+  ASSERT_GE(windows.size(), 3u);
+  for (const Window& piece : windows) EXPECT_LE(launch_steps(p, piece, 0), double(piece.chunks));
+}
+
+// Windows in the middle of a long sequence (no sequence starts in them) add no
+// walk: they are gathered only while that shortens the launches, and once the
+// long sequence leads its group they stay alone.
+TEST(WindowGroups, TheMiddleOfALongSequenceIsGatheredOnlyWhileItShortensTheLaunches) {
+  const Problem p = packed({60, 400, 9, 30, 7});
   const CaseStorage s = storage();
-  const std::vector<Window> windows = small_windows(p, s);
-  const std::vector<WindowGroup> groups = group_windows(p, s, windows, unlimited());
+  const std::vector<Window> windows = small_windows(p, s, 4);
+  const GroupLimits limits = unlimited();
+  const std::vector<WindowGroup> groups = group_windows(p, s, windows, limits);
   expect_groups_cover(windows, groups);
-  std::size_t gathered = 0;
-  for (const WindowGroup& g : groups) {
-    if (g.parts() > 1) ++gathered;
-    for (std::size_t i = g.first + 1; i < g.last; ++i)
-      EXPECT_LT(windows[i].fresh_begin(), windows[i].seq_end) << "window " << i << " starts no sequence";
-  }
-  for (std::size_t i = 0; i < windows.size(); ++i)
-    if (windows[i].fresh_begin() == windows[i].seq_end) {
-      EXPECT_TRUE(std::any_of(groups.begin(), groups.end(), [&](const WindowGroup& g) { return g.first == i; }))
-          << "window " << i << " (inside one sequence) should start a group of its own";
+  const auto steps = [&](const Window& w) { return launch_steps(p, w, limits.parallel_walks); };
+  std::size_t gathered = 0, alone = 0;
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
+    const WindowGroup& g = groups[gi];
+    Window before = windows[g.first];
+    for (std::size_t i = g.first + 1; i < g.last; ++i) {
+      if (starts_no_sequence(windows[i])) {
+        EXPECT_LT(steps(merge_windows(before, windows[i])), steps(before) + steps(windows[i])) << "window " << i;
+        ++gathered;
+      }
+      before = merge_windows(before, windows[i]);
     }
-  EXPECT_GE(gathered, 1u) << "the short sequences around the long one should still be gathered";
-  EXPECT_GT(groups.size(), 3u);
+    if (gi > 0 && starts_no_sequence(windows[g.first])) {  // the group before was open: no gain, no gather
+      const Window& prev = groups[gi - 1].window;
+      EXPECT_GE(steps(merge_windows(prev, windows[g.first])), steps(prev) + steps(windows[g.first]))
+          << "window " << g.first;
+      ++alone;
+    }
+  }
+  EXPECT_GE(gathered, 1u) << "the first pieces of the long sequence run beside the short ones";
+  EXPECT_GE(alone, 2u) << "the long sequence's middle should stay in windows of its own";
+  // One sequence alone: nothing runs beside it, every window is its own launch.
+  const Problem one = packed({500});
+  const std::vector<Window> ow = small_windows(one, s);
+  ASSERT_GT(ow.size(), 3u);
+  EXPECT_EQ(group_windows(one, s, ow, limits).size(), ow.size());
+}
+
+// The 65536-token case of BENCHMARKS.md ("A packed case in `run`"), its
+// lengths over 4 with chunks of 16 (the same chunks), 16 heads, a GPU of 132
+// multiprocessors, about 21 windows: the launches add up to at most 1.3x the
+// whole case's steps (cut at every window with no new sequence, they were 3.3x).
+TEST(WindowGroups, APackedCaseOfUnevenLengthsLaunchesAboutAsLongAsWhole) {
+  const std::vector<std::int64_t> lengths = {1901, 1498, 3284, 737, 2860, 5880, 162, 419, 6756, 869, 588,
+                                             5562, 225,  3996, 899, 1978, 3209, 1709, 200, 2518, 3240, 124,
+                                             2240, 1260, 2960, 76,  1765, 2127, 1404, 1319, 59,  3712};
+  std::vector<std::int64_t> quarter;
+  for (std::int64_t n : lengths) quarter.push_back((n + 3) / 4);
+  Problem p = packed(quarter);
+  p.H = 16;
+  const CaseStorage s = storage();
+  const Window whole = whole_window(p, s);
+  const WindowBytes wb = window_bytes(p, s, whole);
+  const std::int64_t limit = std::max({wb.input, wb.output, wb.device_extra}) / 20;
+  const std::vector<Window> windows = plan_windows(p, s, WindowLimits{limit, limit, limit});
+  ASSERT_GE(windows.size(), 18u);
+  ASSERT_LE(windows.size(), 30u);
+  GroupLimits gpu = unlimited();
+  gpu.walks = 8 * 132;
+  gpu.parallel_walks = 132;
+  const std::vector<WindowGroup> groups = group_windows(p, s, windows, gpu);
+  expect_groups_cover(windows, groups);
+  double launched = 0;
+  for (const WindowGroup& g : groups) launched += launch_steps(p, g.window, gpu.parallel_walks);
+  EXPECT_LE(launched, 1.3 * launch_steps(p, whole, gpu.parallel_walks)) << groups.size() << " launches";
 }
 
 TEST(WindowGroups, PlainCasesAndDisabledLimitsKeepEveryWindow) {

@@ -382,7 +382,8 @@ class Batch {
   // How far a packed case's windows are gathered on the device
   // (pipeline/window_groups.hpp): within half of the device's free memory,
   // until every multiprocessor has 8 (sequence, head) walks, where a launch
-  // no longer leaves the GPU idle while it walks long sequences.
+  // no longer leaves the GPU idle while it walks long sequences; the middle
+  // of a long sequence only while that shortens the launches.
   GroupLimits group_limits(const Problem& p) const {
     GroupLimits g;
     g.max_parts = opt_.device_window_parts;
@@ -393,6 +394,9 @@ class Batch {
     g.device_bytes = host_execution ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(free_bytes / 2);
     const int sms = device_multiprocessors();
     g.walks = sms > 0 ? 8 * std::int64_t(sms) : std::numeric_limits<std::int64_t>::max();
+    // About one walk per multiprocessor (a DK-128 block fills one); host backends
+    // gather only when asked (--device-windows N), and then as if all walks ran at once.
+    g.parallel_walks = host_execution ? 0 : std::max<std::int64_t>(sms, 1);
     return g;
   }
 

@@ -1,5 +1,6 @@
 #include "pipeline/window_groups.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace linattn {
@@ -15,6 +16,17 @@ Window merge_windows(const Window& a, const Window& b) {
   return m;
 }
 
+double launch_steps(const Problem& whole, const Window& w, std::int64_t parallel_walks) {
+  std::int64_t longest = 0;  // chunks of the window's longest piece of a sequence
+  for (std::int64_t n = w.seq_begin; n < w.seq_end; ++n) {
+    const std::int64_t start = whole.sequence_start(n);
+    const std::int64_t a = std::max(w.t0, start), b = std::min(w.t1, start + whole.sequence_length(n));
+    longest = std::max(longest, (b - a + whole.chunk - 1) / whole.chunk);
+  }
+  const double spread = parallel_walks > 0 ? double(w.chunks) * double(whole.H) / double(parallel_walks) : 0.0;
+  return std::max(double(longest), spread);
+}
+
 std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& storage,
                                        const std::vector<Window>& windows, const GroupLimits& limits) {
   std::vector<WindowGroup> groups;
@@ -28,12 +40,12 @@ std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& 
       WindowGroup& g = groups.back();
       const bool open = g.window.sequences() * whole.H < limits.walks &&
                         (limits.max_parts == 0 || static_cast<std::int64_t>(g.parts()) < limits.max_parts);
-      // A window that only goes on with the group's last sequence adds no walk, only a longer one:
-      // gathering it would hold its outputs back from the writer for nothing.
       const bool new_walks = windows[i].fresh_begin() < windows[i].seq_end;
-      if (open && new_walks) {
+      if (open) {
         const Window merged = merge_windows(g.window, windows[i]);
-        if (bytes(merged) <= limits.device_bytes) {
+        const auto steps = [&](const Window& w) { return launch_steps(whole, w, limits.parallel_walks); };
+        const bool shorter = new_walks || steps(merged) < steps(g.window) + steps(windows[i]);
+        if (shorter && bytes(merged) <= limits.device_bytes) {
           g.window = merged;
           g.last = i + 1;
           continue;
