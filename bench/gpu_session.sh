@@ -212,15 +212,20 @@ for step in $steps; do
           python3 -c "import sys, h5py; a, b = (h5py.File(f, 'r')[sys.argv[3]][()] for f in sys.argv[1:3]); print(sys.argv[3], 'same bytes' if a.tobytes() == b.tobytes() else 'DIFFER')" \
             "$d/out-default-0-1/in.case0.h5" "$d/out-default-1-1/in.case0.h5" $x
         done
-        echo "== linattn run of three copies of the file in one job (default budget): later cases find the launch warm"
+        echo "== linattn run of three copies of the file in one job (default budget, fp32 snapshots): later cases find the launch warm"
         cp "$d/in.h5" "$d/in2.h5"; cp "$d/in.h5" "$d/in3.h5"
         "$GPU_DIR/linattn" run "$d/in.h5" "$d/in2.h5" "$d/in3.h5" -o "$d/out-three" --no-fsync 2>&1 | grep -E "kernel|pipeline"
         for segments in 1 0; do
           echo "== linattn bench, the same cuts, --segments $segments"
           "$GPU_DIR/linattn" bench --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --variants fused --segments $segments --reps 20
         done
-        echo "== linattn bench, the same cuts, --segments 1, cold: no warm-up, one run (as a case's one launch in run)"
-        "$GPU_DIR/linattn" bench --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --variants fused --segments 1 --warmup 0 --reps 1
+        echo "== the same work on both sides: run writes fp32 snapshots by default, bench bf16 ones"
+        "$GPU_DIR/linattn" bench --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --variants fused --segments 1 --snapshots fp32 --reps 20
+        for rep in 1 2; do
+          "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out-bf16h-$rep" --no-fsync --snapshots bf16 2>&1 | grep -E "kernel"
+        done
+        echo "== linattn bench, the same cuts, --segments 1, fp32 snapshots, cold: no warm-up, one run (as a case's one launch in run)"
+        "$GPU_DIR/linattn" bench --shape 1,65536,16,128,128 --dtype bf16 --seqlens "$lens" --variants fused --segments 1 --snapshots fp32 --warmup 0 --reps 1
       } 2>&1 | tee "$LOGS/packed-run-vs-bench.txt"
       rm -rf "$d" ;;
     state-pass)  # context parallel's state pass beside the fused forward on the same k, v (its cost sets the split)
