@@ -27,10 +27,10 @@ struct WindowGroup {
 };
 
 struct GroupLimits {
-  bool enabled = false;           // gather packed windows (else one group per window)
-  std::int64_t device_bytes = 0;  // most bytes of a group's device buffers (window_bytes: in + out + extra)
-  std::int64_t walks = 0;         // a group stops growing once it holds this many (sequence, head) walks
-  std::int64_t max_parts = 0;     // most windows a group (0: no limit)
+  bool enabled = false;             // gather packed windows (else one group per window)
+  std::int64_t device_bytes = 0;    // most bytes of a group's device buffers (window_bytes: in + out + extra)
+  std::int64_t walks = 0;           // a group stops growing once it holds this many (sequence, head) walks
+  std::int64_t max_parts = 0;       // most windows a group (0: no limit)
   std::int64_t parallel_walks = 0;  // walks a launch runs at once (launch_steps; 0: all of them)
 };
 
