@@ -17,13 +17,13 @@ Window merge_windows(const Window& a, const Window& b) {
 }
 
 double launch_steps(const Problem& whole, const Window& w, std::int64_t parallel_walks) {
-  std::int64_t longest = 0;  // chunks of the window's longest piece of a sequence
-  for (std::int64_t n = w.seq_begin; n < w.seq_end; ++n) {
-    const std::int64_t start = whole.sequence_start(n);
-    const std::int64_t a = std::max(w.t0, start), b = std::min(w.t1, start + whole.sequence_length(n));
-    longest = std::max(longest, (b - a + whole.chunk - 1) / whole.chunk);
+  const Problem pieces = window_problem(whole, w);  // the window's pieces of sequences, as its kernels walk them
+  std::int64_t longest = 0, chunks = 0;
+  for (std::int64_t n = 0; n < pieces.num_sequences(); ++n) {
+    longest = std::max(longest, pieces.sequence_chunks(n));
+    chunks += pieces.sequence_chunks(n);
   }
-  const double spread = parallel_walks > 0 ? double(w.chunks) * double(whole.H) / double(parallel_walks) : 0.0;
+  const double spread = parallel_walks > 0 ? double(chunks) * double(whole.H) / double(parallel_walks) : 0.0;
   return std::max(double(longest), spread);
 }
 
@@ -35,6 +35,7 @@ std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& 
     const WindowBytes b = window_bytes(whole, storage, w);
     return b.input + b.output + b.device_extra;
   };
+  auto steps = [&](const Window& w) { return launch_steps(whole, w, limits.parallel_walks); };
   for (std::size_t i = 0; i < windows.size(); ++i) {
     if (gather && !groups.empty()) {
       WindowGroup& g = groups.back();
@@ -43,7 +44,6 @@ std::vector<WindowGroup> group_windows(const Problem& whole, const CaseStorage& 
       const bool new_walks = windows[i].fresh_begin() < windows[i].seq_end;
       if (open) {
         const Window merged = merge_windows(g.window, windows[i]);
-        const auto steps = [&](const Window& w) { return launch_steps(whole, w, limits.parallel_walks); };
         const bool shorter = new_walks || steps(merged) < steps(g.window) + steps(windows[i]);
         if (shorter && bytes(merged) <= limits.device_bytes) {
           g.window = merged;
