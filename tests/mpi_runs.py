@@ -5,8 +5,9 @@
    and packed cases, fp32 and bf16, initial states), and prints one summary.
 2. A case with a NaN, which the plan gives to rank 1, fails there: every rank
    exits with 1, and rank 0's summary still lists every case.
-3. --context-parallel on 2 ranks writes, into one parallel-HDF5 file per case,
-   the same bits as one rank: plain and packed, with initial states, with
+3. --context-parallel on 2 ranks writes, into one file per case (each rank
+   streaming its segment through its pipeline, in windows), the same bits as one rank
+   and as the same ranks in small windows (--memory-budget 1M): plain and packed, with initial states, with
    --normalize and initial key sums; by default rank 0 takes more chunks (the
    others also run the state pass), evenly with --normalize. On 3 ranks
    (--carry-cost 0: an even split), a segment whose start state
@@ -227,6 +228,26 @@ compare_folders(out("cp1"), out("cp_alone"), "context parallel without mpirun")
 run(["run", "--context-parallel", *sets["cpgate"], "-o", out("cpgate_alone"), "--no-fsync"])
 compare_folders(out("cpgate1"), out("cpgate_alone"), "context parallel, gated, without mpirun")
 compare_folders(out("cp1"), out("cp2"), "context parallel on 2 ranks")
+# Each rank streams its segment through the pipeline: with a budget of 1 MiB (slots of 128 KiB) a
+# segment runs in several windows, the state carried from one to the next, and the bits do not change:
+# on one rank `run`'s, on 2 ranks those of the case's whole segments.
+def rank_windows(stdout, case):
+    """Each rank's windows of `case`, from rank 0's lines by rank ("forward 0.001 s in 5 windows")."""
+    lines = stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if case in l and "chunks " in l)
+    return [int(l.split(" s in ")[1].split()[0]) for l in lines[at + 1:] if l.startswith("  rank ")][:2]
+
+
+for name in ("cp", "cpgate"):
+    small = run(["run", "--context-parallel", *sets[name], "-o", out(f"{name}_small1"), "--no-fsync",
+                 "--memory-budget", "1M"])
+    compare_folders(out(f"{name}1"), out(f"{name}_small1"), f"{name}, context parallel on 1 rank in small windows")
+    small = run(["run", "--context-parallel", *sets[name], "-o", out(f"{name}_small2"), "--no-fsync",
+                 "--memory-budget", "1M"], ranks=2)
+    case = "cp_plain.h5:case0" if name == "cp" else "cp_gated.h5:case0"
+    windows = rank_windows(small.stdout, case)
+    check(len(windows) == 2 and min(windows) >= 3, f"{name}, 2 ranks, 1 MiB: each segment in several windows ({windows})")
+    compare_folders(out(f"{name}2"), out(f"{name}_small2"), f"{name}, context parallel on 2 ranks in small windows")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
 compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 ranks")
 chunks = rank_chunks(results[("cpgate", 2)], "cp_gated.h5:case0")

@@ -131,6 +131,48 @@ TEST(WindowPlan, PackedWindowsCarryExactlyWhereASequenceIsCut) {
   }
 }
 
+// Context parallel streams each rank's segment (a Window of the case, cut at
+// chunk boundaries of its sequences): the windows of every segment, one
+// after the other, are a valid plan of the whole case, continuing and
+// carrying across the segments' cuts as across the windows'.
+TEST(WindowPlan, TheWindowsOfConsecutivePartsPlanTheWholeCase) {
+  std::mt19937_64 rng(11);
+  for (int trial = 0; trial < 24; ++trial) {
+    Problem p;
+    p.B = trial % 2 == 0 ? 1 : 3; p.H = 2; p.DK = 16; p.DV = 16; p.chunk = 16;
+    if (trial % 2 == 0) {
+      p.cu_seqlens = {0};
+      const int n = 1 + static_cast<int>(rng() % 6);
+      for (int i = 0; i < n; ++i) p.cu_seqlens.push_back(p.cu_seqlens.back() + 1 + static_cast<std::int64_t>(rng() % 300));
+      p.T = p.cu_seqlens.back();
+    } else {
+      p.T = 1 + static_cast<std::int64_t>(rng() % 600);
+    }
+    const CaseStorage s = storage(true, trial % 3 == 0, trial % 4 == 0);
+    const WindowLimits l = limits(48 * 1024 + static_cast<std::int64_t>(rng() % (32 * 1024)));
+    SCOPED_TRACE("trial " + std::to_string(trial));
+    // Parts: a whole-case plan's windows of one chunk each, gathered in runs of random length.
+    const std::vector<Window> chunks = plan_windows(p, s, limits(p.H * p.DK * p.DV * 4 * 3 * p.B + 3 * 4096));
+    std::vector<Window> windows;
+    for (std::size_t i = 0; i < chunks.size();) {
+      const std::size_t n = std::min(chunks.size() - i, 1 + static_cast<std::size_t>(rng() % 5));
+      Window part = chunks[i];
+      part.t1 = chunks[i + n - 1].t1;
+      part.seq_end = chunks[i + n - 1].seq_end;
+      part.carries = chunks[i + n - 1].carries;
+      part.chunks = chunks[i + n - 1].chunk0 + chunks[i + n - 1].chunks - part.chunk0;
+      const std::vector<Window> mine = plan_part_windows(p, part, s, l);
+      ASSERT_FALSE(mine.empty());
+      EXPECT_EQ(mine.front().continues, part.continues);
+      EXPECT_EQ(mine.back().carries, part.carries);
+      windows.insert(windows.end(), mine.begin(), mine.end());
+      i += n;
+    }
+    expect_valid_plan(p, s, windows, l);
+    for (std::size_t i = 0; i + 1 < windows.size(); ++i) EXPECT_EQ(windows[i].carries, windows[i + 1].continues);
+  }
+}
+
 TEST(WindowPlan, WindowProblemOfAPackedWindowStartsItsPiecesAtZero) {
   Problem p;
   p.B = 1; p.H = 1; p.DK = 8; p.DV = 8; p.chunk = 16;

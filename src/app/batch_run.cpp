@@ -1,5 +1,8 @@
 #include "app/batch_run.hpp"
 
+#include "app/batch.hpp"
+#include "app/context_parallel_run.hpp"
+
 #include "app/output_names.hpp"
 #include "io/recorded_paths.hpp"
 
@@ -62,15 +65,9 @@ std::string prepare_outdir(const std::string& outdir) {
   return "";
 }
 
-namespace {
-
-
-// A problem of a whole case, named as the file and its group.
 FileError case_error(const CaseResult& r, const std::string& what) {
   return FileError(r.input, std::string("case '") + (r.group.empty() ? "/" : r.group) + "': " + what);
 }
-
-}  // namespace
 
 Problem case_problem(const RunOptions& opt, const CaseResult& r, const CaseSchema& schema) {
   if (schema.has_initial_z && !opt.forward.normalize)
@@ -133,300 +130,6 @@ RunRecord make_record(const RunOptions& opt, const CaseResult& r, const Problem&
   return rec;
 }
 
-namespace {
-
-// Everything one batch shares: the buffers, the reader process, the writer
-// thread, the compute stages (one per type combination, warmed up once).
-class Batch {
- public:
-  Batch(const RunOptions& opt, ProgressReporter& progress)
-      : opt_(opt),
-        progress_(progress),
-        created_(Clock::now()),
-        split_(split_budget(opt.memory_budget > 0 ? opt.memory_budget : default_memory_budget(), host_execution,
-                            opt.window_cap)),
-        // Several readers read windows side by side (window i: reader i mod n);
-        // each is a process of its own, with its own copy of libhdf5.
-        reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
-               std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
-        outputs_(split_.output_slots, split_.slot_bytes, false),
-        writer_(outputs_.pool(), progress) {
-    buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
-  }
-
-  void drain() { writer_.drain(); }
-  // Stops the readers; returns their largest peak RSS.
-  std::int64_t stop_readers() { return reads_.stop(); }
-
-  // Where the run's time went, one line: each stage's busy time beside the wall time.
-  std::string stage_report(double wall) const {
-    const WriteTimes w = writer_.times();
-    auto s = [](double x) { return fixed(x, 2) + " s"; };
-    return "pipeline: wall " + s(wall) + " (buffers " + s(buffers_) + ", warm-up " + s(startup_) + "); reader busy " +
-           s(reader_busy()) + " (" + std::to_string(reads_.size()) + " processes); compute: upload " + s(totals_.upload) + ", kernels " + s(totals_.kernel) +
-           ", download " + s(totals_.download) + ", waiting for input " + s(wait_input_) + ", for output slots " +
-           s(wait_output_) + "; writer busy " + s(w.writing) + ", making files durable " + s(w.committing) + "; " +
-           std::to_string(split_.input_slots) + "+" + std::to_string(split_.output_slots) + " slots of " +
-           (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
-                                               : std::to_string(split_.slot_bytes >> 10) + " KiB") + (pinned() ? ", page-locked" : "");
-  }
-  bool pinned() const { return reads_.pinned() && outputs_.region().pinned(); }
-
-  Clock::time_point deadline() const {
-    return Clock::now() + std::chrono::milliseconds(static_cast<std::int64_t>(opt_.case_timeout * 1000));
-  }
-
-  std::vector<std::string> list(const std::string& file) { return reads_.reader(0).list_cases(file, deadline()); }
-
-  double reader_busy() const { return reads_.busy_seconds(); }
-
-  // One case, start to finish; throws on the first problem (the writer's
-  // problems reach r through finish's callback).
-  void run_case(CaseResult& r, std::size_t index, std::size_t total) {
-    if (hung_files_.count(r.input))
-      throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
-    try {
-      run_case_reading(r, index, total);
-    } catch (const ReaderLost& e) {
-      // A hang costs one timeout per file, not one per case.
-      if (e.cause == ReaderLost::Cause::timed_out) hung_files_.insert(r.input);
-      throw;
-    }
-  }
-
-  // The bytes of a case's q, k and v, from its metadata (its weight when
-  // ranks share the batch); fails as run_case would on a case that cannot be opened.
-  std::int64_t input_bytes(const CaseResult& r) {
-    if (hung_files_.count(r.input))
-      throw FileError(r.input, "not read: the reader hung on an earlier case of this file (--case-timeout)");
-    try {
-      const CaseSchema schema =
-          reads_.reader(0).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, deadline());
-      reads_.reader(0).close_case(deadline());
-      std::int64_t elements = 0;
-      for (const hdf5::DatasetInfo* d : {&schema.q, &schema.k, &schema.v})
-        elements += std::accumulate(d->shape.begin(), d->shape.end(), std::int64_t(1), std::multiplies<>());
-      return elements * static_cast<std::int64_t>(dtype_size(schema.q.dtype));
-    } catch (const ReaderLost& e) {
-      if (e.cause == ReaderLost::Cause::timed_out) hung_files_.insert(r.input);
-      throw;
-    }
-  }
-
-  void run_case_reading(CaseResult& r, std::size_t index, std::size_t total) {
-    const Clock::time_point started = Clock::now();
-    const Clock::time_point until = deadline();
-    const CaseSchema schema =
-        reads_.reader(0).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
-    for (std::size_t i = 1; i < reads_.size(); ++i)
-      reads_.reader(i).open_case(r.input, r.group, opt_.allow_nonfinite, opt_.allow_external_data, until);
-    const Problem p = case_problem(opt_, r, schema);
-    r.problem = p;
-    r.dtype = schema.q.dtype;
-    r.gate = schema.gate;
-    r.external_data = schema.external_data;
-    const CaseStorage s = case_storage(opt_, schema);
-    const OutputLayout out_layout = output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize,
-                                                  opt_.compress);
-    // Plain windows cover whole chunks of o and h (a multiple of both extents).
-    const std::int64_t granule = std::lcm(out_layout.o_tokens / p.chunk, out_layout.h_chunks);
-    WindowLimits limits;
-    limits.input = limits.output = split_.slot_bytes - 4096;  // the layout's alignment padding
-    limits.device_extra = device_extra_limit();
-    std::vector<Window> windows;
-    try {
-      windows = plan_windows(p, s, limits, granule);
-    } catch (const BudgetError& e) {
-      throw case_error(r, e.what());
-    }
-    r.windows = static_cast<std::int64_t>(windows.size());
-    const std::vector<WindowGroup> groups = group_windows(p, s, windows, group_limits(p));
-    r.device_windows = static_cast<std::int64_t>(groups.size());
-    const DType snap = s.snapshot;
-    r.min_bytes =
-        count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state, r.gate).total();
-
-    ComputeStage& stage = stage_for(p, s);
-    const std::shared_ptr<CaseWrite> out = writer_.open(r.output, p, out_layout, opt_.durable);
-    std::int64_t total_bytes = 0;
-    std::vector<WindowLayout> layouts;
-    for (const Window& w : windows) {
-      layouts.push_back(window_layout(p, s, w));
-      total_bytes += layouts.back().input_bytes + layouts.back().output_bytes;
-    }
-    progress_.start_case(case_counter(index, total) + " " + printable(r.label()), case_tokens(p), total_bytes);
-    WindowTimes times;
-    std::size_t next_read = 0;
-    auto send_reads = [&](std::size_t computed) {
-      // Window i reads into input slot i mod n: at most n reads ahead.
-      while (next_read < windows.size() && next_read < computed + static_cast<std::size_t>(split_.input_slots)) {
-        const Window& w = windows[next_read];
-        const WindowLayout& l = layouts[next_read];
-        const std::int64_t base = reads_.slots().offset(static_cast<int>(next_read % split_.input_slots));
-        WindowRead read;
-        read.t0 = w.t0;
-        read.t1 = w.t1;
-        read.q_offset = base + l.q;
-        read.k_offset = base + l.k;
-        read.v_offset = base + l.v;
-        read.state_row0 = read.z_row0 = l.fresh_row0;
-        read.state_rows = s.has_initial_state ? l.fresh_rows : 0;
-        read.z_rows = s.has_initial_z ? l.fresh_rows : 0;
-        read.state_offset = base + l.initial_state;
-        read.z_offset = base + l.initial_z;
-        read.accumulation_dtype = static_cast<std::int64_t>(s.accumulation);
-        read.gate = static_cast<std::int64_t>(s.gate);
-        read.gate_offset = base + l.gate;
-        reads_.reader(next_read).send_read(read);
-        ++next_read;
-      }
-    };
-    auto add = [&](const WindowTimes& t) {
-      times += t;
-      totals_ += t;
-    };
-    auto wait_read = [&](std::size_t i) {
-      const Clock::time_point waited = Clock::now();
-      reads_.reader(i).wait_read(until);
-      wait_input_ += std::chrono::duration<double>(Clock::now() - waited).count();
-    };
-    auto output_slot = [&] {
-      const Clock::time_point waited = Clock::now();
-      const int slot = outputs_.pool().acquire();
-      wait_output_ += std::chrono::duration<double>(Clock::now() - waited).count();
-      return slot;
-    };
-    auto input_slot = [&](std::size_t i) { return reads_.slots().data(static_cast<int>(i % split_.input_slots)); };
-    auto write = [&](std::size_t i, int out_slot) {
-      writer_.write(out, windows[i], layouts[i], out_slot, layouts[i].input_bytes + layouts[i].output_bytes);
-    };
-    try {
-      send_reads(0);
-      for (const WindowGroup& g : groups) {
-        if (g.parts() == 1) {  // one window: its output slot is where host backends' kernels write
-          const std::size_t i = g.first;
-          wait_read(i);
-          if (out->failed.load()) break;
-          const int out_slot = output_slot();
-          WindowJob job{&p, &s, &windows[i], layouts[i], input_slot(i), outputs_.pool().data(out_slot)};
-          try {
-            add(stage.run(job));
-          } catch (...) {
-            outputs_.pool().release(out_slot);
-            throw;
-          }
-          send_reads(i + 1);
-          write(i, out_slot);
-          continue;
-        }
-        // A device window: its parts uploaded as they arrive (each input slot
-        // free for the next read at once), one launch, then each part
-        // downloaded into an output slot and written.
-        stage.begin(WindowJob{&p, &s, &g.window, window_layout(p, s, g.window), nullptr, nullptr}, true);
-        for (std::size_t i = g.first; i < g.last && !out->failed.load(); ++i) {
-          wait_read(i);
-          add(stage.upload_part(WindowJob{&p, &s, &windows[i], layouts[i], input_slot(i), nullptr}));
-          send_reads(i + 1);
-        }
-        if (out->failed.load()) break;
-        add(stage.compute());
-        for (std::size_t i = g.first; i < g.last; ++i) {
-          const int out_slot = output_slot();
-          try {
-            add(stage.download_part(WindowJob{&p, &s, &windows[i], layouts[i], nullptr, outputs_.pool().data(out_slot)}));
-          } catch (...) {
-            outputs_.pool().release(out_slot);
-            throw;
-          }
-          write(i, out_slot);
-        }
-      }
-      for (ReaderProcess* reader : reads_.processes()) {
-        reader->drain(until);  // reads left after a write failure
-        reader->close_case(until);
-      }
-    } catch (...) {
-      progress_.end_case();
-      for (ReaderProcess* reader : reads_.processes()) reader->drain(until);
-      writer_.abort(out);
-      throw;
-    }
-    r.kernel_seconds = times.kernel;
-    r.tile_path = gemm_path_name(stage.gemm());
-    const RunRecord record = make_record(opt_, r, p, s, stage.gemm(), times);
-    writer_.finish(out, record, [this, &r, index, total, started](const std::string& error) {
-      r.wall_seconds = std::chrono::duration<double>(Clock::now() - started).count();
-      progress_.end_case();
-      if (error.empty()) {
-        r.ok = true;
-        progress_.line(progress_line(index, total, r, opt_.forward.variant));
-      } else {
-        r.error = error;
-        progress_.line(failure_line(index, total, r), true);
-      }
-    });
-  }
-
- private:
-  // Device bytes a window may take beside its q, k, v, o and h: on host
-  // backends a share of the budget; on a GPU, what free device memory leaves
-  // after those (about half of it: the window's own copies of the slots).
-  std::int64_t device_extra_limit() const {
-    if (host_execution) return split_.device_extra;
-    std::size_t free_bytes = 0, total = 0;
-    device_memory(free_bytes, total);
-    const std::int64_t usable = static_cast<std::int64_t>(free_bytes) * 8 / 10 - 2 * split_.slot_bytes;
-    return std::max<std::int64_t>(usable, 0);
-  }
-
-  // How far a packed case's windows are gathered on the device
-  // (pipeline/window_groups.hpp): within half of the device's free memory,
-  // until every multiprocessor has 8 (sequence, head) walks, where a launch
-  // no longer leaves the GPU idle while it walks long sequences; the middle
-  // of a long sequence only while that shortens the launches.
-  GroupLimits group_limits(const Problem& p) const {
-    GroupLimits g;
-    g.max_parts = opt_.device_window_parts;
-    g.enabled = p.varlen() && (host_execution ? opt_.device_window_parts > 1 : opt_.device_window_parts != 1);
-    if (!g.enabled) return g;
-    std::size_t free_bytes = 0, total = 0;
-    device_memory(free_bytes, total);
-    g.device_bytes = host_execution ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(free_bytes / 2);
-    const int sms = device_multiprocessors();
-    g.walks = sms > 0 ? 8 * std::int64_t(sms) : std::numeric_limits<std::int64_t>::max();
-    // About one walk per multiprocessor (a DK-128 block fills one); host backends
-    // gather only when asked (--device-windows N), and then as if all walks ran at once.
-    g.parallel_walks = host_execution ? 0 : std::max<std::int64_t>(sms, 1);
-    return g;
-  }
-
-  ComputeStage& stage_for(const Problem& p, const CaseStorage& s) {
-    const int key = static_cast<int>(s.input);
-    auto it = stages_.find(key);
-    if (it == stages_.end()) it = stages_.emplace(key, make_compute_stage(s.input, opt_.forward)).first;
-    // Warm up each kernel configuration once, outside the case's timings.
-    const std::string shape = std::to_string(key) + ":" + std::to_string(p.DK) + "x" + std::to_string(p.DV) + "/" +
-                              std::to_string(p.chunk) + (p.varlen() ? "p" : "") + ":" + gate_dataset_name(s.gate);
-    if (warmed_.insert(shape).second) startup_ += it->second->warm_up(p, s);
-    return *it->second;
-  }
-
-  const RunOptions& opt_;
-  ProgressReporter& progress_;
-  Clock::time_point created_;
-  double buffers_ = 0, wait_input_ = 0, wait_output_ = 0;
-  WindowTimes totals_;
-  BudgetSplit split_;
-  ReaderGroup reads_;
-  SlotRegion outputs_;  // output slots: outputs_.pool()
-  WriteStage writer_;
-  std::map<int, std::unique_ptr<ComputeStage>> stages_;
-  std::set<std::string> hung_files_;
-  std::set<std::string> warmed_;
-  double startup_ = 0;
-};
-
-}  // namespace
 
 void check_output(const RunOptions& opt, std::set<std::string>& outputs, CaseResult& r) {
   r.output = output_path(opt.outdir, r.input, r.group);
@@ -598,7 +301,10 @@ std::vector<CaseResult> run_batch(const RunOptions& options, std::ostream& progr
   }
 
   std::vector<int> owner_of;  // the rank that runs each case (ranks > 1)
-  if (ranks == 1) {
+  if (opt.context_parallel) {
+    run_context_parallel(opt, *batch, reporter, outdir_problem, results);
+    owner_of.assign(results.size(), 0);  // every rank ran every case: rank 0 holds their results
+  } else if (ranks == 1) {
     std::set<std::string> outputs;
     for (std::size_t i = 0; i < results.size(); ++i) {
       CaseResult& r = results[i];

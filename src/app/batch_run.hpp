@@ -6,6 +6,7 @@
 #pragma once
 
 #include "core/problem.hpp"
+#include "io/file_error.hpp"
 #include "io/input_file.hpp"
 #include "io/output_file.hpp"
 #include "kernels/forward.hpp"
@@ -88,6 +89,9 @@ std::string prepare_outdir(const std::string& outdir);
 // (`outputs` holds theirs), is the input itself, or exists (unless --force or
 // --skip-existing).
 void check_output(const RunOptions& options, std::set<std::string>& outputs, CaseResult& r);
+
+// A problem of a whole case, named as the file and its group.
+FileError case_error(const CaseResult& r, const std::string& what);
 
 // A case's problem from its schema, checked as `run` checks it before any
 // device work (FileError naming the case when it cannot run), and the element

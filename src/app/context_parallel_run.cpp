@@ -1,5 +1,6 @@
 #include "app/context_parallel_run.hpp"
 
+#include "app/batch.hpp"
 #include "app/case_result_message.hpp"
 #include "app/report.hpp"
 #include "app/text_table.hpp"
@@ -15,16 +16,15 @@
 #include "parallel/communicator.hpp"
 #include "parallel/gated_carry.hpp"
 #include "parallel/segment_plan.hpp"
-#include "parallel/shared_hdf5_file.hpp"
-#include "pipeline/signal_cleanup.hpp"
+#include "pipeline/read_protocol.hpp"
+#include "pipeline/write_stage.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <numeric>
-#include <optional>
-#include <ostream>
 #include <set>
 
 namespace linattn {
@@ -100,27 +100,23 @@ Tensor starting_rows(const Problem& sub, const Tensor& from_file, const Tensor& 
 }
 
 struct Times {
-  double upload = 0, kernel = 0, download = 0;
-  template <class Output>  // ForwardOutput or StatePassOutput
-  void add(const Output& f) {
-    upload += f.upload_seconds;
-    kernel += f.kernel_seconds;
-    download += f.download_seconds;
-  }
+  double kernel = 0;
+  void add(const StatePassOutput& y) { kernel += y.kernel_seconds; }
 };
 
 // Where one rank's wall time of a case goes, in seconds, step by step: the
-// kernels' warm-up (once per configuration), its reads, its state pass over
-// the carried piece, its wait for the start state, its forward (and the
-// kernels' part of it), the wait at the collective step after it (for the
-// slowest forward), and the collective writes. Rank 0 prints every rank's.
+// kernels' warm-up (once per configuration), its state pass over the carried
+// piece (reading it included), its wait for the start state, its forward
+// through the pipeline (reads, kernels and writes overlapped; the kernels'
+// part of it), and the wait for every rank's writes and the commit.
 struct Phases {
-  double prepare = 0, read = 0, pass = 0, wait = 0, forward = 0, kernels = 0, sync = 0, write = 0;
+  double prepare = 0, pass = 0, wait = 0, forward = 0, kernels = 0, write = 0;
+  std::size_t windows = 0;
   std::string text(int rank) const {
-    return "  rank " + std::to_string(rank) + ": warm-up " + fixed(prepare, 3) + " s, read " + fixed(read, 3) +
-           " s, state pass " + fixed(pass, 3) + " s, wait for the start state " + fixed(wait, 3) + " s, forward " +
-           fixed(forward, 3) + " s (kernels " + fixed(kernels, 3) + " s), wait for the slowest forward " +
-           fixed(sync, 3) + " s, write " + fixed(write, 3) + " s";
+    return "  rank " + std::to_string(rank) + ": warm-up " + fixed(prepare, 3) + " s, state pass " + fixed(pass, 3) +
+           " s, wait for the start state " + fixed(wait, 3) + " s, forward " + fixed(forward, 3) + " s in " +
+           std::to_string(windows) + (windows == 1 ? " window" : " windows") + " (kernels " + fixed(kernels, 3) +
+           " s), writes and commit " + fixed(write, 3) + " s";
   }
 };
 
@@ -135,220 +131,252 @@ double seconds_since(Clock::time_point& mark) {
 // own message reaches every rank, first in rank order).
 constexpr const char* kChainBroken = "context parallel: a segment before this one failed";
 
-// The first launch of a kernel loads its module on the device (and unpacks the
-// binary's kernels), which would land in the first case's kernel time: each
-// configuration runs once on a tiny case first, as the pipeline warms its
-// compute stages (compute_stage_typed.hpp): the forward whole and split (on
-// tensor cores, level 1: a gated one never splits), and the state pass; gated
-// with log-decays of 0.
-void warm_up(const Problem& p, DType input, const ForwardConfig& config) {
+// The state pass's first launch loads its module on the device: it runs once
+// on a tiny case first, as the compute stage warms the forward up
+// (Batch::stage_for); gated with log-decays of 0.
+void warm_up_state_pass(const Problem& p, DType input, const ForwardConfig& config) {
   Problem tiny = plain_problem(p, 1, 2 * p.chunk);
   tiny.H = 1;
-  const Tensor q(input, tiny.qk_shape()), v(input, tiny.v_shape());
+  const Tensor k(input, tiny.qk_shape()), v(input, tiny.v_shape());
   const Tensor zeros(accumulation_dtype(input), gate_shape(tiny, config.gate));
-  const Tensor* gate = config.gate == GateKind::none ? nullptr : &zeros;
-  run_forward(tiny, config, q, q, v, nullptr, nullptr, gate);
-  if (config.gate == GateKind::none && choose_forward_path(tiny, config, input).path == GemmPath::tensor_core) {
-    ForwardConfig split = config;
-    split.segments = 2;
-    run_forward(tiny, split, q, q, v);
-  }
-  run_state_pass(tiny, config, q, v, nullptr, nullptr, gate);
+  run_state_pass(tiny, config, k, v, nullptr, nullptr, config.gate == GateKind::none ? nullptr : &zeros);
+}
+
+// Waits until the write stage has done every job queued so far; the case's error, if its writes failed.
+std::string writes_done(pipeline::WriteStage& writer, const std::shared_ptr<pipeline::CaseWrite>& out) {
+  writer.drain();
+  return out->failed.load() ? out->error : "";
 }
 
 // One case on every rank together; sets r.ok, or r.error, alike on all of them.
 // After each step that can fail on one rank the ranks agree (failed_anywhere).
-void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hid_t transfer,
-                     std::set<std::string>& warmed) {
+void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& reporter, CaseResult& r,
+                     std::size_t index, std::size_t total, std::set<std::string>& warmed) {
   const Clock::time_point started = Clock::now();
   const int rank = parallel::rank();
-  hdf5::File file;
-  CaseSchema schema;
-  Problem p;
-  CaseStorage s;
-  const auto open_case = [&] {
-    file = hdf5::open_read_only(r.input);
-    schema = inspect_case(file.get(), r.input, r.group);
-    p = case_problem(opt, r, schema);  // refuses --normalize with a gate
-    s = case_storage(opt, schema);
+  const int ranks = parallel::size();
+  Batch::OpenCase c;
+  bool opened = false;
+  const auto open = [&] {
+    c = batch.open_case(r);  // in the reader processes; refuses --normalize with a gate
+    opened = true;
   };
-  if (failed_anywhere(attempt(r, open_case), r)) return;
+  if (failed_anywhere(attempt(r, open), r)) {
+    if (opened) static_cast<void>(attempt(r, [&] { batch.close_case(c); }));
+    return;
+  }
+  const Problem& p = c.p;
+  const CaseStorage& s = c.s;
   Phases phases;
   Clock::time_point mark = Clock::now();
-  r.problem = p;
-  r.dtype = s.input;
-  r.gate = schema.gate;
-  r.external_data = schema.external_data;
   // The segments, cut by what the state pass costs (parallel/segment_plan.hpp).
-  // Unlike the pipeline, a rank's forward may split its sequences on tensor cores
-  // (choose_segments): its bits differ from one rank's there anyway (docs/PARALLEL.md).
-  // A gated forward takes whole sequences there (path_choice.cpp).
+  // Each rank streams its own through the pipeline's windows, which never
+  // split a sequence (compute_stage.hpp), so one rank's output is `run`'s.
   ForwardConfig config = opt.forward;
-  config.gate = schema.gate;  // the case's own: the forward, the state pass and the carries decay with it
+  config.gate = s.gate;  // the case's own: the forward, the state pass and the carries decay with it
   double carry_cost = opt.carry_cost;
-  const auto prepare_kernels = [&] {  // the state pass's cost, and each configuration warmed up once
-    if (carry_cost < 0)
+  std::vector<Window> segments, windows;
+  const auto prepare = [&] {  // the state pass's cost, each kernel configuration warmed up once, the windows
+    if (ranks > 1 && carry_cost < 0)
       carry_cost = state_pass_cost(state_pass_kind(plain_problem(p, p.varlen() ? 1 : p.B, p.chunk), config, s.input),
                                    p, config, s.input);
+    batch.stage_for(p, s);
     const std::string shape = std::to_string(static_cast<int>(s.input)) + ":" + std::to_string(p.DK) + "x" +
                               std::to_string(p.DV) + "/" + std::to_string(p.chunk) + ":" +
                               gate_dataset_name(config.gate);
-    if (warmed.insert(shape).second) warm_up(p, s.input, config);
+    if (ranks > 1 && warmed.insert(shape).second) warm_up_state_pass(p, s.input, config);
+    segments = parallel::plan_segments(p, ranks, std::max(carry_cost, 0.0));
+    const Window& w = segments[static_cast<std::size_t>(rank)];
+    if (w.chunks > 0) windows = batch.plan(r, c, w);
   };
-  if (failed_anywhere(attempt(r, prepare_kernels), r)) return;
+  if (failed_anywhere(attempt(r, prepare), r)) {
+    static_cast<void>(attempt(r, [&] { batch.close_case(c); }));
+    return;
+  }
   phases.prepare = seconds_since(mark);
-  const std::vector<Window> segments = parallel::plan_segments(p, parallel::size(), carry_cost);
   const Window& w = segments[static_cast<std::size_t>(rank)];
   const bool works = w.chunks > 0;
-  const Problem sub = window_problem(p, w);
   const parallel::CarryRoute route = parallel::carry_route(p, segments, rank);
 
-  // 1. This rank's tokens, and the initial rows of the sequences starting in
-  // them; and the k and v of the piece of the segment before whose state it
-  // computes (with its sequence's initial rows when the piece is its start).
-  // With a gate, its log-decays of both (read_slice: g's tokens, or g_gamma whole).
-  CaseData in, piece;
-  Problem piece_problem;
-  const auto read_segment = [&] {
-    SliceRequest slice;
-    slice.t0 = w.t0;
-    slice.t1 = w.t1;
-    slice.row0 = p.varlen() ? w.seq_begin : 0;
-    slice.rows = !works ? 0 : p.varlen() ? w.sequences() : w.continues ? 0 : p.B;
-    slice.accumulation = s.accumulation;
-    slice.allow_nonfinite = opt.allow_nonfinite;
-    in = read_slice(file.get(), r.input, r.group, schema, slice);
-    if (route.carry_of >= 0) {
-      const Window& before = segments[static_cast<std::size_t>(route.carry_of)];
-      const parallel::CarriedPiece part = parallel::carried_piece(p, before);
-      slice.t0 = part.t0;
-      slice.t1 = part.t1;
-      slice.with_q = false;
-      slice.row0 = p.varlen() ? before.seq_end - 1 : 0;
-      slice.rows = !part.from_start ? 0 : p.varlen() ? 1 : p.B;
-      piece = read_slice(file.get(), r.input, r.group, schema, slice);
-      piece_problem = plain_problem(p, p.varlen() ? 1 : p.B, part.t1 - part.t0);
+  // The output file: rank 0 creates it (its datasets allocated at once), the
+  // others write their windows at its datasets' offsets (write_stage.hpp).
+  pipeline::WriteStage& writer = batch.writer();
+  std::shared_ptr<pipeline::CaseWrite> out;
+  std::string offsets_message;
+  const auto create = [&] {
+    RawOffsets at;
+    if (rank == 0) {
+      out = writer.open(r.output, p, c.layout, opt.durable);
+      if (ranks == 1) return;
+      const std::string error = writer.share(out, at);
+      if (!error.empty()) throw FileError::preformatted(error);
+      if (!at.complete(s.snapshots, s.normalize))
+        throw FileError(r.output, "context parallel: the output's datasets have no file offsets");
+      offsets_message = pipeline::MessageWriter().i64s({at.o, at.h, at.final_state, at.z_state}).bytes();
     }
-    file.close();
+    offsets_message = parallel::broadcast(offsets_message);
+    if (rank != 0) {
+      const std::vector<std::int64_t> o = pipeline::MessageReader(offsets_message).i64s();
+      at.o = o.at(0);
+      at.h = o.at(1);
+      at.final_state = o.at(2);
+      at.z_state = o.at(3);
+      out = writer.open_raw(r.output + ".partial", p, c.layout, at, opt.durable);
+    }
   };
-  if (failed_anywhere(attempt(r, read_segment), r)) return;
-  phases.read = seconds_since(mark);
+  const std::string created = attempt(r, create);
+  if (failed_anywhere(created, r)) {
+    if (out) writer.abort(out);
+    static_cast<void>(attempt(r, [&] { batch.close_case(c); }));
+    return;
+  }
+  phases.prepare += seconds_since(mark);
+  phases.windows = windows.size();
 
-  // 2. The start state, without waiting for the forward of the segment
-  // before: this rank's state pass over that segment's piece, plus that
-  // segment's own start state (received) when the sequence began earlier still,
-  // decayed by the piece's tokens when gated (parallel/gated_carry.hpp).
-  // The sum runs in chain order, as carry_chain lists it. Ranks send and
-  // receive even after a failure, so that none waits forever.
+  // 1. The start state, without waiting for the forward of the segment before,
+  // while the first windows are read: this rank's state pass over that
+  // segment's piece, plus that segment's own start state (received) when the
+  // sequence began earlier still, decayed by the piece's tokens when gated
+  // (parallel/gated_carry.hpp). The sum runs in chain order, as carry_chain
+  // lists it. Ranks send and receive even after a failure, so that none waits
+  // forever. The piece is read here, whole, in the batch process.
   const std::int64_t carry_rows = p.varlen() ? 1 : p.B;
-  ForwardOutput out;
   Carry start;
   Times times;
   parallel::ChainTrace trace(rank);
-  // This rank's part of the critical path: its kernels, and its wait for a start state.
-  double waited = 0;
+  double waited = 0;  // this rank's part of the critical path: its kernels, and its wait for a start state
   std::string failure;
-  if (route.carry_of >= 0) {
-    failure = attempt(r, [&] {
-      const StatePassOutput y = run_state_pass(piece_problem, config, piece.k, piece.v, present(piece.initial_state),
-                                               present(piece.initial_z), present(piece.log_decay));
-      times.add(y);
-      start = {y.final_state, y.z_state};
-    });
-  }
-  phases.pass = seconds_since(mark);
-  if (route.start_from >= 0) {
-    const Clock::time_point asked = Clock::now();
-    const std::string bytes = parallel::receive(route.start_from);
-    trace.event("receive " + std::to_string(route.start_from) + " " + std::to_string(bytes.size()));
-    waited = std::chrono::duration<double>(Clock::now() - asked).count();
-    if (bytes.empty() && failure.empty()) failure = kChainBroken;
-    if (failure.empty()) {
-      Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
-      // Gated: the state before the piece decays over its tokens, as the one-rank forward's does (no z: a gate
-      // refuses --normalize).
-      if (config.gate != GateKind::none)
-        parallel::decay_state(before.state, parallel::total_log_decay(config.gate, piece.log_decay, carry_rows,
-                                                                      piece_problem.T, p.H));
-      add_into(before.state, start.state);
-      if (s.normalize) add_into(before.z, start.z);
-      start = std::move(before);
+  bool chained = false;
+  const auto chain = [&]() -> Batch::StartState {
+    chained = true;
+    CaseData piece;
+    Problem piece_problem;
+    if (route.carry_of >= 0 && failure.empty()) {
+      failure = attempt(r, [&] {
+        const hdf5::ExternalDataScope external(opt.allow_external_data);
+        const Window& before = segments[static_cast<std::size_t>(route.carry_of)];
+        const parallel::CarriedPiece part = parallel::carried_piece(p, before);
+        SliceRequest slice;
+        slice.t0 = part.t0;
+        slice.t1 = part.t1;
+        slice.with_q = false;
+        slice.row0 = p.varlen() ? before.seq_end - 1 : 0;
+        slice.rows = !part.from_start ? 0 : p.varlen() ? 1 : p.B;
+        slice.accumulation = s.accumulation;
+        slice.allow_nonfinite = opt.allow_nonfinite;
+        hdf5::File file = hdf5::open_read_only(r.input);
+        piece = read_slice(file.get(), r.input, r.group, c.schema, slice);
+        file.close();
+        piece_problem = plain_problem(p, carry_rows, part.t1 - part.t0);
+        const StatePassOutput y = run_state_pass(piece_problem, config, piece.k, piece.v,
+                                                 present(piece.initial_state), present(piece.initial_z),
+                                                 present(piece.log_decay));
+        times.add(y);
+        start = {y.final_state, y.z_state};
+      });
     }
-  }
-  // The start state is delivered before this rank's forward starts. MPI moves a message larger than its eager
-  // limit only while both ranks are inside MPI calls: a send left in flight across the forward made the next rank
-  // wait for this rank's whole forward, a chain as slow as one rank (docs/PARALLEL.md, "A CPU node").
-  if (route.start_to >= 0) {
-    const std::string bytes = failure.empty() ? encode(start) : std::string();
-    parallel::send(route.start_to, bytes);
-    parallel::finish_sends();
-    trace.event("send " + std::to_string(route.start_to) + " " + std::to_string(bytes.size()) + " delivered");
-  }
-  phases.wait = seconds_since(mark);
-
-  // 3. The segment's forward from its start.
-  const auto forward_from_start = [&] {
-    if (!works) return;
-    if (!w.continues) {
-      out = run_forward(sub, config, in.q, in.k, in.v, present(in.initial_state), present(in.initial_z),
-                        present(in.log_decay));
-    } else {
-      const Tensor s0 = starting_rows(sub, in.initial_state, start.state, {p.H, p.DK, p.DV}, s.accumulation);
-      const Tensor z0 =
-          s.normalize ? starting_rows(sub, in.initial_z, start.z, {p.H, p.DK}, s.accumulation) : Tensor();
-      out = run_forward(sub, config, in.q, in.k, in.v, &s0, present(z0), present(in.log_decay));
+    phases.pass = seconds_since(mark);
+    if (route.start_from >= 0) {
+      const Clock::time_point asked = Clock::now();
+      const std::string bytes = parallel::receive(route.start_from);
+      trace.event("receive " + std::to_string(route.start_from) + " " + std::to_string(bytes.size()));
+      waited = std::chrono::duration<double>(Clock::now() - asked).count();
+      if (bytes.empty() && failure.empty()) failure = kChainBroken;
+      if (failure.empty()) {
+        Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
+        // Gated: the state before the piece decays over its tokens, as the one-rank forward's does (no z: a
+        // gate refuses --normalize).
+        if (config.gate != GateKind::none)
+          parallel::decay_state(before.state, parallel::total_log_decay(config.gate, piece.log_decay, carry_rows,
+                                                                        piece_problem.T, p.H));
+        add_into(before.state, start.state);
+        if (s.normalize) add_into(before.z, start.z);
+        start = std::move(before);
+      }
     }
-    times.add(out);
-    phases.kernels = out.kernel_seconds;
+    // The start state is delivered before this rank's forward starts. MPI moves a message larger than its eager
+    // limit only while both ranks are inside MPI calls: a send left in flight across the forward made the next
+    // rank wait for this rank's whole forward, a chain as slow as one rank (docs/PARALLEL.md, "A CPU node").
+    if (route.start_to >= 0) {
+      const std::string bytes = failure.empty() ? encode(start) : std::string();
+      parallel::send(route.start_to, bytes);
+      parallel::finish_sends();
+      trace.event("send " + std::to_string(route.start_to) + " " + std::to_string(bytes.size()) + " delivered");
+    }
+    phases.wait = seconds_since(mark);
+    if (!failure.empty()) throw std::runtime_error(failure);
+    trace.event("forward start");
+    Batch::StartState from;
+    if (w.continues) from = {start.state.bytes.data(), s.normalize ? start.z.bytes.data() : nullptr};
+    return from;
   };
-  trace.event("forward start");
-  if (failure.empty()) failure = attempt(r, forward_from_start);
+
+  // 2. The segment's windows through the pipeline, from that start.
+  pipeline::WindowTimes forward;
+  const std::int64_t window_bytes = [&] {
+    std::int64_t bytes = 0;
+    for (const Window& x : windows) {
+      const WindowLayout l = window_layout(p, s, x);
+      bytes += l.input_bytes + l.output_bytes;
+    }
+    return bytes;
+  }();
+  std::int64_t tokens = 0;
+  for (const Window& x : windows) tokens += window_tokens(p, x);
+  reporter.start_case(case_counter(index, total) + " " + printable(r.label()), tokens, window_bytes);
+  const std::string streamed = attempt(r, [&] {
+    if (works) {
+      forward = batch.stream(r, c, windows, out, chain);
+    } else {
+      batch.close_case(c);
+      chain();
+    }
+  });
+  if (!chained) static_cast<void>(attempt(r, [&] {
+    failure = streamed.empty() ? "context parallel: the chain was skipped" : streamed;
+    chain();
+  }));
   trace.event("forward end");
   phases.forward = seconds_since(mark);
-  piece = CaseData();
-  if (failed_anywhere(failure, r)) return;
-  phases.sync = seconds_since(mark);
+  phases.kernels = forward.kernel;
+  std::string mine = failure.empty() ? streamed : failure;
+  // Every window written: the other ranks' writes made durable and closed, rank 0's done.
+  if (rank == 0) {
+    const std::string written = writes_done(writer, out);
+    if (mine.empty()) mine = written;
+  } else {
+    std::promise<std::string> closed;
+    writer.finish_raw(out, [&closed](const std::string& error) { closed.set_value(error); });
+    const std::string written = closed.get_future().get();
+    if (mine.empty()) mine = written;
+  }
+  reporter.end_case();
+  if (failed_anywhere(mine, r)) {
+    if (rank == 0) writer.abort(out);
+    return;
+  }
 
-  // 4. One output file, every rank writing its slices collectively.
-  pipeline::WindowTimes total;
-  total.upload = parallel::max(times.upload);
+  // 3. Rank 0 finishes the file: the attributes, then the commit.
+  pipeline::WindowTimes all;
+  all.upload = parallel::max(forward.upload);
   // The critical path: a rank that waited for its start state counts the wait
   // (copies to and from the device are reported on their own).
-  total.kernel = parallel::max(times.kernel + waited);
-  total.download = parallel::max(times.download);
-  const std::string gemm = parallel::first_non_empty(works ? gemm_path_name(out.gemm) : "");
-  r.kernel_seconds = total.kernel;
-  r.tile_path = gemm;
+  all.kernel = parallel::max(times.kernel + forward.kernel + waited);
+  all.download = parallel::max(forward.download);
+  r.tile_path = parallel::first_non_empty(works ? r.tile_path : "");
+  r.kernel_seconds = all.kernel;
   r.windows = std::count_if(segments.begin(), segments.end(), [](const Window& x) { return x.chunks > 0; });
+  r.segment_chunks.clear();
   for (const Window& x : segments) r.segment_chunks += (r.segment_chunks.empty() ? "" : "+") + std::to_string(x.chunks);
-  const DType snap = s.snapshot;
-  r.min_bytes =
-      count_bytes(p, s.input, s.output, s.snapshots ? &snap : nullptr, s.has_initial_state, r.gate).total();
-  const RunRecord record = make_record(opt, r, p, s, parse_gemm_path(gemm), total);
-  const OutputLayout layout =
-      output_layout(p, s.output, s.snapshot, s.accumulation, s.snapshots, s.normalize, opt.compress);
-  std::optional<OutputStream> stream;
-  const auto create = [&] { stream.emplace(r.output, p, layout, file_access, transfer); };
-  if (failed_anywhere(attempt(r, create), r)) return;
-  const int cleanup = rank == 0 ? pipeline::register_partial(stream->partial_path()) : -1;
-  const auto write_slices = [&] {
-    stream->write_o(w.t0, w.t1, out.o.bytes.data());
-    stream->write_h(w.chunk0, w.chunks, out.h.bytes.data());
-    // The sequences that end in the segment (plain batch: every row, in the last segment).
-    const std::int64_t finished = !works ? 0 : p.varlen() ? w.finished_end() - w.seq_begin : w.carries ? 0 : p.B;
-    stream->write_final(p.varlen() ? w.seq_begin : 0, finished, out.final_state.bytes.data(),
-                        out.z_state.bytes.data());
-  };
-  const auto close = [&] { stream->close(record); };
-  const auto publish = [&] {
-    if (rank == 0) stream->publish(opt.durable);
-    else stream->leave_to_publisher();
-  };
-  const bool failed = failed_anywhere(attempt(r, write_slices), r) || failed_anywhere(attempt(r, close), r) ||
-                      failed_anywhere(attempt(r, publish), r);
-  if (cleanup >= 0) pipeline::unregister_partial(cleanup);
-  if (failed) return;
+  std::string committed;
+  if (rank == 0) {
+    const RunRecord record = make_record(opt, r, p, s, parse_gemm_path(r.tile_path), all);
+    std::promise<std::string> done;
+    writer.finish(out, record, [&done](const std::string& error) { done.set_value(error); });
+    committed = done.get_future().get();
+  }
   phases.write = seconds_since(mark);
+  if (failed_anywhere(committed, r)) return;
   const std::vector<std::string> every_rank = parallel::gather(phases.text(rank));
   for (const std::string& line : every_rank) r.rank_phases += "\n" + line;
   r.ok = true;
@@ -357,16 +385,11 @@ void run_shared_case(const RunOptions& opt, CaseResult& r, hid_t file_access, hi
 
 }  // namespace
 
-std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream& progress, std::ostream& errors) {
+void run_context_parallel(const RunOptions& opt, Batch& batch, ProgressReporter& reporter,
+                          const std::string& outdir_problem, std::vector<CaseResult>& results) {
   const bool root = parallel::rank() == 0;
-  pipeline::install_signal_cleanup();
-  // The inputs are read in this process (no reader process here).
-  const hdf5::ExternalDataScope external(opt.allow_external_data);
-  // Rank 0 lists the cases (in this process: no reader process here) and checks their outputs.
-  std::vector<CaseResult> results;
+  // Rank 0 checks the cases' outputs (listed by its reader process).
   if (root) {
-    results = list_case_results(opt.inputs, list_cases);
-    const std::string outdir_problem = prepare_outdir(opt.outdir);
     std::set<std::string> outputs;
     for (CaseResult& r : results) {
       if (r.error.empty() && !outdir_problem.empty()) r.error = outdir_problem;
@@ -384,19 +407,15 @@ std::vector<CaseResult> run_context_parallel(const RunOptions& opt, std::ostream
   const std::string plan = parallel::broadcast(encode_results(results, every));
   if (!root) decode_results(plan, results);
 
-  const hdf5::PropertyList file_access = parallel::shared_file_access();
-  const hdf5::PropertyList transfer = parallel::collective_transfer();
-  std::set<std::string> warmed;  // the kernel configurations warm_up ran
+  std::set<std::string> warmed;  // the state pass's configurations warmed up
   for (std::size_t i = 0; i < results.size(); ++i) {
     CaseResult& r = results[i];
-    if (r.error.empty() && !r.skipped) run_shared_case(opt, r, file_access.get(), transfer.get(), warmed);
+    if (r.error.empty() && !r.skipped) run_shared_case(opt, batch, reporter, r, i + 1, results.size(), warmed);
     if (!root) continue;
-    if (r.skipped) progress << skipped_line(i + 1, results.size(), r) << std::endl;
-    else if (r.ok)
-      progress << progress_line(i + 1, results.size(), r, opt.forward.variant) << r.rank_phases << std::endl;
-    else errors << failure_line(i + 1, results.size(), r) << std::endl;
+    if (r.skipped) reporter.line(skipped_line(i + 1, results.size(), r));
+    else if (r.ok) reporter.line(progress_line(i + 1, results.size(), r, opt.forward.variant) + r.rank_phases);
+    else reporter.line(failure_line(i + 1, results.size(), r), true);
   }
-  return results;
 }
 
 }  // namespace linattn

@@ -2,7 +2,6 @@
 #include "app/batch_run.hpp"
 #include "app/command.hpp"
 #include "app/memory_size_option.hpp"
-#include "app/context_parallel_run.hpp"
 #include "app/report.hpp"
 #include "app/snapshots_option.hpp"
 #include "kernels/path_choice.hpp"
@@ -136,9 +135,7 @@ Command add_run_command(CLI::App& parent) {
             opt.context_parallel = o->context_parallel;
             opt.carry_cost = o->carry_cost;
             BatchStats stats;
-            const std::vector<CaseResult> results = opt.context_parallel
-                                                        ? run_context_parallel(opt, std::cout, std::cerr)
-                                                        : run_batch(opt, std::cout, std::cerr, &stats);
+            const std::vector<CaseResult> results = run_batch(opt, std::cout, std::cerr, &stats);
             bool failed = false;
             for (const CaseResult& r : results) failed = failed || !r.ok;
             // Under MPI, rank 0 holds every case's result and prints the one summary;
@@ -150,10 +147,6 @@ Command add_run_command(CLI::App& parent) {
             // Peak resident memory, ours and the readers', beside the budget.
             rusage self{};
             getrusage(RUSAGE_SELF, &self);
-            if (opt.context_parallel) {  // no reader processes, no budget (docs/PARALLEL.md)
-              std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (rank 0)" << std::endl;
-              return failed ? 1 : 0;
-            }
             std::cout << "peak RSS: " << self.ru_maxrss / 1024 << " MiB (batch process), " << (stats.reader_peak_rss >> 20)
                       << " MiB (largest reader process; its input slots are shared with the batch process); memory budget "
                       << stats.memory_budget / (1 << 20)

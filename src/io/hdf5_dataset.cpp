@@ -131,7 +131,7 @@ void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& st
 
 void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
                  const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
-                 const std::string& path, hid_t transfer) {
+                 const std::string& path) {
   const bool empty = std::find(count.begin(), count.end(), hsize_t(0)) != count.end();
   Dataspace file_space = empty ? Dataspace(H5Dget_space(dataset)) : block_space(dataset, start, count);
   Dataspace memory(H5Screate_simple(static_cast<int>(count.size()), count.data(), nullptr));
@@ -139,7 +139,7 @@ void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& s
       (H5Sselect_none(file_space.get()) < 0 || H5Sselect_none(memory.get()) < 0))
     file_space = Dataspace();
   if (!file_space.valid() || !memory.valid() ||
-      H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), transfer, data) < 0)
+      H5Dwrite(dataset, memory_type, memory.get(), file_space.get(), H5P_DEFAULT, data) < 0)
     throw FileError::preformatted(write_failure(file_name, path, "cannot be written"));
 }
 
@@ -179,6 +179,7 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   }
   // Every element is written by a block write: no fill pass first.
   H5Pset_fill_time(dcpl.get(), H5D_FILL_TIME_NEVER);
+  if (chunk.empty()) H5Pset_alloc_time(dcpl.get(), H5D_ALLOC_TIME_EARLY);  // its offset is known from the start
   // A chunk cache that holds a few chunks, so that a chunk two windows share
   // is completed in memory rather than read back.
   PropertyList dapl(H5Pcreate(H5P_DATASET_ACCESS));
@@ -186,6 +187,11 @@ Dataset create_dataset(hid_t file, const std::string& file_name, const std::stri
   Dataset ds(H5Dcreate2(file, path.c_str(), type.get(), space.get(), lcpl.get(), dcpl.get(), dapl.get()));
   if (!ds.valid()) throw FileError(file_name, path, with_detail("cannot be created"));
   return ds;
+}
+
+std::int64_t data_offset(hid_t dataset) {
+  const haddr_t at = H5Dget_offset(dataset);
+  return at == HADDR_UNDEF ? -1 : static_cast<std::int64_t>(at);
 }
 
 bool link_exists(hid_t file, const std::string& path) { return follow_links(file, path).found; }

@@ -71,11 +71,10 @@ Dataset open_dataset(hid_t file, const std::string& file_name, const std::string
 // memory of `memory_type` (HDF5 converts when it differs from the file's).
 void read_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start, const std::vector<hsize_t>& count,
                 void* data, const std::string& file_name, const std::string& path);
-// A count of 0 in any dimension writes nothing (a rank's share of a collective
-// write may be empty); transfer is the dataset transfer property list.
+// A count of 0 in any dimension writes nothing.
 void write_block(hid_t dataset, hid_t memory_type, const std::vector<hsize_t>& start,
                  const std::vector<hsize_t>& count, const void* data, const std::string& file_name,
-                 const std::string& path, hid_t transfer = H5P_DEFAULT);
+                 const std::string& path);
 
 // read_block into a new tensor of `dtype` and shape `count` (the window
 // reads of `linattn backward`).
@@ -86,9 +85,15 @@ void write_block_tensor(hid_t dataset, const TensorSpan& t, const std::vector<st
                         const std::string& file_name, const std::string& path);
 
 // Creates an empty dataset of `shape` with the given chunk dimensions (none:
-// contiguous) and optional gzip, for block writes.
+// contiguous) and optional gzip, for block writes. A contiguous one is
+// allocated in the file at once (no fill pass), so that data_offset names
+// where its bytes go.
 Dataset create_dataset(hid_t file, const std::string& file_name, const std::string& path, DType dtype,
                        const std::vector<std::int64_t>& shape, const std::vector<hsize_t>& chunk, bool compress);
+
+// The file offset of a contiguous dataset's data (row-major, in the file's
+// datatype), or -1 when it has none (chunked, or not allocated yet).
+std::int64_t data_offset(hid_t dataset);
 
 // Chunk dimensions for a dataset: whole trailing dimensions, leading ones cut
 // so that a chunk holds about target_bytes.

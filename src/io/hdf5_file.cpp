@@ -40,9 +40,9 @@ File open_read_only(const std::string& path) {
   return file;
 }
 
-NewFile::NewFile(std::string path, hid_t file_access) : path_(std::move(path)), partial_(path_ + ".partial") {
+NewFile::NewFile(std::string path) : path_(std::move(path)), partial_(path_ + ".partial") {
   silence_errors();
-  PropertyList fapl(file_access == H5P_DEFAULT ? H5Pcreate(H5P_FILE_ACCESS) : H5Pcopy(file_access));
+  PropertyList fapl(H5Pcreate(H5P_FILE_ACCESS));
   // Strong close: H5Fclose closes every object still open, so that the file
   // is complete on disk before it is renamed.
   if (!fapl.valid() || H5Pset_fclose_degree(fapl.get(), H5F_CLOSE_STRONG) < 0)

@@ -18,10 +18,8 @@ File open_read_only(const std::string& path);
 // file is removed.
 class NewFile {
  public:
-  // Creates PATH.partial, replacing a stale one. file_access: the file access
-  // property list to start from (the MPI-IO driver when ranks write one file
-  // together, parallel/shared_hdf5_file.hpp); H5P_DEFAULT otherwise.
-  explicit NewFile(std::string path, hid_t file_access = H5P_DEFAULT);
+  // Creates PATH.partial, replacing a stale one.
+  explicit NewFile(std::string path);
   ~NewFile();
   NewFile(const NewFile&) = delete;
   NewFile& operator=(const NewFile&) = delete;
@@ -40,9 +38,6 @@ class NewFile {
   void close_file();
   void publish(bool durable);
   const std::string& partial_path() const { return partial_; }
-  // After close_file(): another process (rank 0 of the ranks writing the file
-  // together) publishes it; this object leaves the .partial file alone.
-  void leave_to_publisher() { committed_ = true; }
 
  private:
   std::string path_, partial_;

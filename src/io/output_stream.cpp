@@ -42,9 +42,8 @@ OutputLayout output_layout(const Problem& p, DType o, DType h, DType state, bool
   return l;
 }
 
-OutputStream::OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout,
-                           hid_t file_access, hid_t transfer)
-    : file_(path, file_access), p_(p), layout_(layout), transfer_(transfer) {
+OutputStream::OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout)
+    : file_(path), p_(p), layout_(layout) {
   const hid_t f = file_.id();
   const bool packed = p.varlen();
   o_type_ = hdf5::datatype_of(layout.o);
@@ -75,29 +74,34 @@ OutputStream::OutputStream(const std::string& path, const Problem& p, const Outp
     hdf5::write_attribute(f, path, "z_state", "description",
                           "the running key sum z after each sequence's last token (normalization); the z_state input of a run that resumes it");
   }
+  if (!layout.compress) {  // contiguous: allocated at creation
+    raw_.o = hdf5::data_offset(o_.get());
+    if (layout.snapshots) raw_.h = hdf5::data_offset(h_.get());
+    raw_.final_state = hdf5::data_offset(final_state_.get());
+    if (layout.normalize) raw_.z_state = hdf5::data_offset(z_state_.get());
+  }
 }
 
 void OutputStream::write_o(std::int64_t t0, std::int64_t t1, const void* data) {
   const hsize_t rows = static_cast<hsize_t>(p_.varlen() ? 1 : p_.B);
   hdf5::write_block(o_.get(), o_type_.get(), {0, hsize_t(t0), 0, 0},
-                    {rows, hsize_t(t1 - t0), hsize_t(p_.H), hsize_t(p_.DV)}, data, path(), "o", transfer_);
+                    {rows, hsize_t(t1 - t0), hsize_t(p_.H), hsize_t(p_.DV)}, data, path(), "o");
 }
 
 void OutputStream::write_h(std::int64_t c0, std::int64_t count, const void* data) {
-  // Collective writes: every rank calls, with its share possibly empty.
-  if (!layout_.snapshots || (count == 0 && transfer_ == H5P_DEFAULT)) return;
+  if (!layout_.snapshots || count == 0) return;
   const hsize_t rows = static_cast<hsize_t>(p_.varlen() ? 1 : p_.B);
   hdf5::write_block(h_.get(), h_type_.get(), {0, hsize_t(c0), 0, 0, 0},
-                    {rows, hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, data, path(), "h", transfer_);
+                    {rows, hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, data, path(), "h");
 }
 
 void OutputStream::write_final(std::int64_t n0, std::int64_t count, const void* state, const void* z) {
-  if (count == 0 && transfer_ == H5P_DEFAULT) return;
+  if (count == 0) return;
   hdf5::write_block(final_state_.get(), state_type_.get(), {hsize_t(n0), 0, 0, 0},
-                    {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, state, path(), "final_state", transfer_);
+                    {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK), hsize_t(p_.DV)}, state, path(), "final_state");
   if (layout_.normalize)
     hdf5::write_block(z_state_.get(), state_type_.get(), {hsize_t(n0), 0, 0}, {hsize_t(count), hsize_t(p_.H), hsize_t(p_.DK)},
-                      z, path(), "z_state", transfer_);
+                      z, path(), "z_state");
 }
 
 void OutputStream::finish(const RunRecord& record, bool durable) {

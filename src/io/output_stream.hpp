@@ -3,7 +3,9 @@
 // chunked with chunks that whole windows cover), and each window's o, h and
 // final rows are written as blocks into them. finish() adds the run's attributes and commits the file (.partial ->
 // final name, with fsync unless asked not to); an OutputStream destroyed
-// before finish() removes its .partial file.
+// before finish() removes its .partial file. Contiguous datasets are
+// allocated when created: raw_offsets() says where their bytes lie, so that
+// other processes can write blocks without HDF5 (raw_window_writes.hpp).
 #pragma once
 
 #include "core/problem.hpp"
@@ -30,12 +32,18 @@ struct OutputLayout {
 OutputLayout output_layout(const Problem& p, DType o, DType h, DType state, bool snapshots, bool normalize,
                            bool compress);
 
+// Where the datasets' data lie in the file (byte offsets; -1: none, or chunked).
+struct RawOffsets {
+  std::int64_t o = -1, h = -1, final_state = -1, z_state = -1;
+  // Every dataset the stream writes has its offset: blocks may bypass HDF5.
+  bool complete(bool snapshots, bool normalize) const {
+    return o >= 0 && (!snapshots || h >= 0) && final_state >= 0 && (!normalize || z_state >= 0);
+  }
+};
+
 class OutputStream {
  public:
-  // file_access and transfer: property lists for the file and its block
-  // writes (every rank writing the file together: parallel/shared_hdf5_file.hpp).
-  OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout,
-               hid_t file_access = H5P_DEFAULT, hid_t transfer = H5P_DEFAULT);
+  OutputStream(const std::string& path, const Problem& p, const OutputLayout& layout);
 
   // Blocks of the window [t0, t1) of every batch row (o: [rows, t1 - t0, H, DV]
   // contiguous), of chunks [c0, c0 + count) (h: [rows, count, H, DK, DV]), and
@@ -49,9 +57,9 @@ class OutputStream {
   // then the flush to disk and the rename (any thread).
   void close(const RunRecord& record);
   void publish(bool durable) { file_.publish(durable); }
-  void leave_to_publisher() { file_.leave_to_publisher(); }  // another process publishes it
   const std::string& path() const { return file_.path(); }
   const std::string& partial_path() const { return file_.partial_path(); }
+  const RawOffsets& raw_offsets() const { return raw_; }
 
  private:
   hdf5::NewFile file_;
@@ -59,7 +67,7 @@ class OutputStream {
   OutputLayout layout_;
   hdf5::Dataset o_, h_, final_state_, z_state_;
   hdf5::Datatype o_type_, h_type_, state_type_;
-  hid_t transfer_ = H5P_DEFAULT;
+  RawOffsets raw_;
 };
 
 }  // namespace linattn

@@ -63,6 +63,11 @@ class ComputeStage {
   virtual WindowTimes upload_part(const WindowJob& part) = 0;
   virtual WindowTimes compute() = 0;
   virtual WindowTimes download_part(const WindowJob& part) = 0;
+  // Context parallel: the case's next window starts inside it (t0 > 0) from
+  // a state computed elsewhere, another rank's segment: its carried rows
+  // (every batch row, or a packed case's one sequence) in the accumulation
+  // type, state [rows, H, DK, DV] and z [rows, H, DK] (null without --normalize).
+  virtual void carry_in(const Problem& whole, const void* state, const void* z) = 0;
   // One tiny run of this case's kernels (module loading, first-launch costs),
   // so that they are not counted as a case's kernel time. Returns seconds.
   virtual double warm_up(const Problem& whole, const CaseStorage& storage) = 0;

@@ -102,14 +102,7 @@ class TypedComputeStage final : public ComputeStage {
     z0_ = arena_.template at<Acc>(az0);
     zs_ = arena_.template at<Acc>(azs);
     o_raw_ = arena_.template at<Acc>(araw);
-    if (first) {
-      carry_.reset();
-      const std::int64_t carry_rows = whole_->varlen() ? 1 : whole_->B;
-      const std::int64_t acs = carry_.template take<Acc>(carry_rows * state), acz = carry_.template take<Acc>(carry_rows * zrow);
-      carry_.grow();
-      carry_state_ = carry_.template at<Acc>(acs);
-      carry_z_ = carry_.template at<Acc>(acz);
-    }
+    if (first) make_carry(*whole_);
 
     // The starting state: the carried rows, then the rows of the sequences
     // that start here (each part uploads the file's; zeros without them).
@@ -122,6 +115,14 @@ class TypedComputeStage final : public ComputeStage {
       if (carried) device_copy(z0_, carry_z_, (whole_->varlen() ? 1 : N) * zrow);
       if (gl_.fresh_rows > 0 && !s.has_initial_z) fill(z0_ + fresh_slot * zrow, gl_.fresh_rows * zrow, Acc(0));
     }
+  }
+
+  void carry_in(const Problem& whole, const void* state, const void* z) override {
+    const std::int64_t rows = whole.varlen() ? 1 : whole.B;
+    make_carry(whole);
+    upload(carry_state_, static_cast<const unsigned char*>(state), rows * whole.H * whole.DK * whole.DV * sizeof(Acc));
+    if (z) upload(carry_z_, static_cast<const unsigned char*>(z), rows * whole.H * whole.DK * sizeof(Acc));
+    copies_.fence();
   }
 
   WindowTimes upload_part(const WindowJob& part) override {
@@ -280,6 +281,18 @@ class TypedComputeStage final : public ComputeStage {
     Kokkos::View<unsigned char*, MemSpace> memory_;
     std::int64_t used_ = 0;
   };
+
+  // The state (and z) rows carried from one window to the next: every batch
+  // row, or the one sequence a packed case's window cut.
+  void make_carry(const Problem& whole) {
+    carry_.reset();
+    const std::int64_t carry_rows = whole.varlen() ? 1 : whole.B;
+    const std::int64_t acs = carry_.template take<Acc>(carry_rows * whole.H * whole.DK * whole.DV);
+    const std::int64_t acz = carry_.template take<Acc>(carry_rows * whole.H * whole.DK);
+    carry_.grow();
+    carry_state_ = carry_.template at<Acc>(acs);
+    carry_z_ = carry_.template at<Acc>(acz);
+  }
 
   template <class T>
   static T* host_ptr(const unsigned char* base, std::int64_t offset) {

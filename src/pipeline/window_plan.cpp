@@ -231,6 +231,36 @@ std::vector<Window> plan_windows(const Problem& whole, const CaseStorage& storag
   return whole.varlen() ? plan_packed(whole, storage, limits) : plan_plain(whole, storage, limits, granule);
 }
 
+Window whole_window(const Problem& whole) {
+  Window w;
+  w.t0 = 0;
+  w.t1 = whole.T;
+  w.seq_begin = 0;
+  w.seq_end = whole.num_sequences();
+  w.chunk0 = 0;
+  w.chunks = whole.h_shape()[1];
+  return w;
+}
+
+std::vector<Window> plan_part_windows(const Problem& whole, const Window& part, const CaseStorage& storage,
+                                      const WindowLimits& limits, std::int64_t granule) {
+  std::vector<Window> windows = plan_windows(window_problem(whole, part), storage, limits, granule);
+  for (Window& w : windows) {
+    w.t0 += part.t0;
+    w.t1 += part.t0;
+    w.chunk0 += part.chunk0;
+    if (whole.varlen()) {  // a plain batch's windows hold every row
+      w.seq_begin += part.seq_begin;
+      w.seq_end += part.seq_begin;
+    }
+  }
+  if (!windows.empty()) {
+    windows.front().continues = windows.front().continues || part.continues;
+    windows.back().carries = part.carries;
+  }
+  return windows;
+}
+
 Problem window_problem(const Problem& whole, const Window& w) {
   // Only the window's own offsets: a copy of the whole's would cost O(N) per window.
   Problem p = plain_problem(whole, whole.B, w.tokens());

@@ -97,6 +97,17 @@ WindowLayout window_layout(const Problem& whole, const CaseStorage& storage, con
 std::vector<Window> plan_windows(const Problem& whole, const CaseStorage& storage, const WindowLimits& limits,
                                  std::int64_t granule = 1);
 
+// The whole case as one window.
+Window whole_window(const Problem& whole);
+
+// The windows of a part of the case (a context-parallel rank's segment, a
+// Window of the case cut at chunk boundaries of its sequences): planned as
+// the problem the part is (plan_windows), then placed in the case's tokens,
+// chunks and sequences; the first continues what the part continues, the
+// last carries what it carries.
+std::vector<Window> plan_part_windows(const Problem& whole, const Window& part, const CaseStorage& storage,
+                                      const WindowLimits& limits, std::int64_t granule = 1);
+
 // The problem one window is: the same heads, dimensions, chunk and scale, its
 // tokens, and (packed) its pieces of sequences as cu_seqlens from 0.
 Problem window_problem(const Problem& whole, const Window& w);

@@ -6,7 +6,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <future>
 
 namespace linattn::pipeline {
@@ -47,7 +49,8 @@ void WriteStage::fail(CaseWrite& c, const std::string& error) {
   c.error = error;
   c.failed.store(true);
   close_fd(c.writeback_fd);
-  c.stream.reset();  // removes the .partial file
+  close_fd(c.raw_fd);
+  c.stream.reset();  // removes the .partial file (a raw case's is not this process's to remove)
   unregister_partial(c.cleanup_token);
   c.cleanup_token = -1;
 }
@@ -83,11 +86,17 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
     if (!c->failed.load()) {
       try {
         const unsigned char* base = outputs_.data(slot);
-        c->stream->write_o(w.t0, w.t1, base + l.o);
-        c->stream->write_h(w.chunk0, w.chunks, base + l.h);
-        c->stream->write_final(l.finished_row0, l.finished_rows, base + l.final_state, base + l.final_z);
+        if (c->raw_fd >= 0) {
+          for (const RawRun& run : window_runs(c->problem, c->layout, c->raw, w, l))
+            write_run(c->raw_fd, run, base, c->path);
+        } else {
+          c->stream->write_o(w.t0, w.t1, base + l.o);
+          c->stream->write_h(w.chunk0, w.chunks, base + l.h);
+          c->stream->write_final(l.finished_row0, l.finished_rows, base + l.final_state, base + l.final_z);
+        }
         // Start the disk on what is written (best effort; the fsync at the end is what counts).
-        if (c->writeback_fd >= 0) ::sync_file_range(c->writeback_fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+        const int fd = c->raw_fd >= 0 ? c->raw_fd : c->writeback_fd;
+        if (c->durable && fd >= 0) ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         progress_.advance(window_tokens(c->problem, w), bytes_moved);
       } catch (const std::exception& e) {
         fail(*c, e.what());
@@ -101,6 +110,7 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
 void WriteStage::finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& record,
                         std::function<void(const std::string&)> done) {
   jobs_.push([this, c, record, done] {
+    close_fd(c->raw_fd);  // its pages are the file's: publish's fsync makes them durable
     if (!c->failed.load()) {
       try {
         c->stream->close(record);
@@ -124,6 +134,48 @@ void WriteStage::finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& re
       add_seconds(committing_, start);
       done(c->failed.load() ? c->error : "");
     });
+  });
+}
+
+std::string WriteStage::share(const std::shared_ptr<CaseWrite>& c, RawOffsets& at) {
+  std::promise<std::string> known;
+  jobs_.push([this, c, &known, &at] {
+    if (!c->failed.load()) {
+      at = c->raw = c->stream->raw_offsets();
+      if (at.complete(c->layout.snapshots, c->layout.normalize)) {
+        c->raw_fd = ::open(c->stream->partial_path().c_str(), O_WRONLY | O_CLOEXEC);
+        if (c->raw_fd < 0)
+          fail(*c, FileError(c->stream->partial_path(), std::string("cannot open for writing: ") + std::strerror(errno)).what());
+      }
+    }
+    known.set_value(c->failed.load() ? c->error : "");
+  });
+  return known.get_future().get();
+}
+
+std::shared_ptr<CaseWrite> WriteStage::open_raw(const std::string& partial, const Problem& p,
+                                                const OutputLayout& layout, const RawOffsets& at, bool durable) {
+  auto c = std::make_shared<CaseWrite>();
+  c->path = partial;
+  c->problem = p;
+  c->layout = layout;
+  c->durable = durable;
+  c->raw = at;
+  jobs_.push([this, c] {
+    c->raw_fd = ::open(c->path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (c->raw_fd < 0) fail(*c, FileError(c->path, std::string("cannot open for writing: ") + std::strerror(errno)).what());
+  });
+  return c;
+}
+
+void WriteStage::finish_raw(const std::shared_ptr<CaseWrite>& c, std::function<void(const std::string&)> done) {
+  jobs_.push([this, c, done] {
+    const auto start = std::chrono::steady_clock::now();
+    if (!c->failed.load() && c->durable && ::fsync(c->raw_fd) != 0)
+      fail(*c, FileError(c->path, std::string("fsync failed: ") + std::strerror(errno)).what());
+    close_fd(c->raw_fd);
+    add_seconds(committing_, start);
+    done(c->failed.load() ? c->error : "");
   });
 }
 

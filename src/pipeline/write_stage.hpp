@@ -10,11 +10,18 @@
 // goes on with the next case meanwhile. With durable outputs the writer also
 // starts the disk's writeback after every window (sync_file_range), so that
 // the final fsync finds little left to do.
+//
+// Context parallel's ranks share one output file (context_parallel_run.hpp):
+// rank 0's stage creates it as usual (its contiguous datasets allocated at
+// once, so their offsets are known: share) and finishes it after every rank
+// wrote; every rank pwrites its windows at those offsets
+// (raw_window_writes.hpp), the others' stages after open_raw, without HDF5.
 #pragma once
 
 #include "io/output_stream.hpp"
 #include "pipeline/host_buffers.hpp"
 #include "pipeline/progress_reporter.hpp"
+#include "pipeline/raw_window_writes.hpp"
 #include "pipeline/window_plan.hpp"
 #include "pipeline/work_queue.hpp"
 
@@ -33,6 +40,8 @@ struct CaseWrite {
   bool durable = true;
   std::unique_ptr<OutputStream> stream;
   int writeback_fd = -1;  // the .partial file, for sync_file_range
+  int raw_fd = -1;        // open_raw: the .partial file another process created, written with pwrite
+  RawOffsets raw;         // open_raw: where its datasets' bytes lie
   int cleanup_token = -1;
   std::atomic<bool> failed{false};
   std::string error;  // set before `failed`
@@ -55,6 +64,20 @@ class WriteStage {
   void finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& record,
               std::function<void(const std::string&)> done);
   void abort(const std::shared_ptr<CaseWrite>& c);
+
+  // Waits for open's job; the file's dataset offsets (all of them known only
+  // when it is not compressed), or the error that failed the case ("" when
+  // none). From then on the case's windows are written with pwrite at those
+  // offsets too, as other processes write theirs: HDF5's own writes go
+  // through a sieve buffer that could write back stale bytes around theirs.
+  std::string share(const std::shared_ptr<CaseWrite>& c, RawOffsets& at);
+  // A .partial output file that another process created with `at` (and will
+  // finish): write() pwrites the windows there. finish_raw makes what this
+  // stage wrote durable (fsync, unless not durable), closes it, then calls
+  // done(error) on the writer thread; the file stays where it is either way.
+  std::shared_ptr<CaseWrite> open_raw(const std::string& partial, const Problem& p, const OutputLayout& layout,
+                                      const RawOffsets& at, bool durable);
+  void finish_raw(const std::shared_ptr<CaseWrite>& c, std::function<void(const std::string&)> done);
   // Waits until every job queued so far is done, commits included.
   void drain();
   WriteTimes times() const { return {writing_.load(), committing_.load()}; }
