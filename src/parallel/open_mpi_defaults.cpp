@@ -1,6 +1,5 @@
 #include "parallel/open_mpi_defaults.hpp"
 
-#include <algorithm>
 #include <cstdlib>
 
 namespace linattn::parallel {
@@ -11,13 +10,7 @@ std::vector<std::pair<std::string, std::string>> single_node_mpi_settings(
   const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
   if (!size || !local || std::string(size) != local || getenv("LINATTN_KEEP_MPI_SETTINGS")) return {};
   std::vector<std::pair<std::string, std::string>> set;
-  for (const auto& [name, value] : {std::pair<std::string, std::string>{"OMPI_MCA_pml", "ob1"},
-                                    std::pair<std::string, std::string>{"OMPI_MCA_io_romio321_priority", "50"}})
-    if (!getenv(name.c_str())) set.emplace_back(name, value);
-  // A user's choice of MPI-IO component wins over the priority.
-  if (getenv("OMPI_MCA_io"))
-    set.erase(std::remove_if(set.begin(), set.end(), [](const auto& s) { return s.first == "OMPI_MCA_io_romio321_priority"; }),
-              set.end());
+  if (!getenv("OMPI_MCA_pml")) set.emplace_back("OMPI_MCA_pml", "ob1");
   return set;
 }
 
