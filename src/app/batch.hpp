@@ -81,6 +81,7 @@ class Batch {
   // Every reader done with the case (reads left after a write failure drained).
   void close_case(const OpenCase& c);
   pipeline::WriteStage& writer() { return writer_; }
+  std::int64_t slot_bytes() const { return split_.slot_bytes; }  // each input and output slot
   pipeline::ComputeStage& stage_for(const Problem& p, const CaseStorage& s);
 
  private:

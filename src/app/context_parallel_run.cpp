@@ -239,7 +239,9 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
   // sequence began earlier still, decayed by the piece's tokens when gated
   // (parallel/gated_carry.hpp). The sum runs in chain order, as carry_chain
   // lists it. Ranks send and receive even after a failure, so that none waits
-  // forever. The piece is read here, whole, in the batch process.
+  // forever. The piece is read here, in the batch process, in parts of at most
+  // an input slot's bytes (the memory budget's), each part's state pass
+  // starting from the one before.
   const std::int64_t carry_rows = p.varlen() ? 1 : p.B;
   Carry start;
   Times times;
@@ -249,30 +251,42 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
   bool chained = false;
   const auto chain = [&]() -> Batch::StartState {
     chained = true;
-    CaseData piece;
-    Problem piece_problem;
+    std::vector<double> piece_decay;  // gated: the piece's total log-decay per row and head (or key channel)
     if (route.carry_of >= 0 && failure.empty()) {
       failure = attempt(r, [&] {
         const hdf5::ExternalDataScope external(opt.allow_external_data);
         const Window& before = segments[static_cast<std::size_t>(route.carry_of)];
         const parallel::CarriedPiece part = parallel::carried_piece(p, before);
-        SliceRequest slice;
-        slice.t0 = part.t0;
-        slice.t1 = part.t1;
-        slice.with_q = false;
-        slice.row0 = p.varlen() ? before.seq_end - 1 : 0;
-        slice.rows = !part.from_start ? 0 : p.varlen() ? 1 : p.B;
-        slice.accumulation = s.accumulation;
-        slice.allow_nonfinite = opt.allow_nonfinite;
+        const std::int64_t token_bytes =
+            carry_rows * p.H * (p.DK + p.DV) * static_cast<std::int64_t>(dtype_size(s.input));
+        const std::int64_t step = std::max<std::int64_t>(1, batch.slot_bytes() / token_bytes / p.chunk) * p.chunk;
         hdf5::File file = hdf5::open_read_only(r.input);
-        piece = read_slice(file.get(), r.input, r.group, c.schema, slice);
+        for (std::int64_t t = part.t0; t < part.t1; t += step) {
+          SliceRequest slice;
+          slice.t0 = t;
+          slice.t1 = std::min(t + step, part.t1);
+          slice.with_q = false;
+          slice.row0 = p.varlen() ? before.seq_end - 1 : 0;
+          slice.rows = t > part.t0 || !part.from_start ? 0 : carry_rows;
+          slice.accumulation = s.accumulation;
+          slice.allow_nonfinite = opt.allow_nonfinite;
+          const CaseData piece = read_slice(file.get(), r.input, r.group, c.schema, slice);
+          const Problem piece_problem = plain_problem(p, carry_rows, slice.t1 - slice.t0);
+          const bool first = t == part.t0;
+          const StatePassOutput y =
+              run_state_pass(piece_problem, config, piece.k, piece.v,
+                             first ? present(piece.initial_state) : &start.state,
+                             first ? present(piece.initial_z) : present(start.z), present(piece.log_decay));
+          times.add(y);
+          start = {y.final_state, y.z_state};
+          if (config.gate != GateKind::none) {
+            const std::vector<double> d =
+                parallel::total_log_decay(config.gate, piece.log_decay, carry_rows, piece_problem.T, p.H);
+            piece_decay.resize(d.size(), 0.0);
+            for (std::size_t i = 0; i < d.size(); ++i) piece_decay[i] += d[i];
+          }
+        }
         file.close();
-        piece_problem = plain_problem(p, carry_rows, part.t1 - part.t0);
-        const StatePassOutput y = run_state_pass(piece_problem, config, piece.k, piece.v,
-                                                 present(piece.initial_state), present(piece.initial_z),
-                                                 present(piece.log_decay));
-        times.add(y);
-        start = {y.final_state, y.z_state};
       });
     }
     phases.pass = seconds_since(mark);
@@ -286,9 +300,7 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
         Carry before = decode(bytes, p, carry_rows, s.accumulation, s.normalize);
         // Gated: the state before the piece decays over its tokens, as the one-rank forward's does (no z: a
         // gate refuses --normalize).
-        if (config.gate != GateKind::none)
-          parallel::decay_state(before.state, parallel::total_log_decay(config.gate, piece.log_decay, carry_rows,
-                                                                        piece_problem.T, p.H));
+        if (config.gate != GateKind::none) parallel::decay_state(before.state, piece_decay);
         add_into(before.state, start.state);
         if (s.normalize) add_into(before.z, start.z);
         start = std::move(before);
