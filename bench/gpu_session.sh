@@ -176,12 +176,13 @@ for step in $steps; do
           "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape "${MPI_CP_SHAPE:-1,1048576,16,128,128}" --dtype bf16 --seed 6 > /dev/null
           echo "== 1 rank (run's pipeline: windows, sequences never split)"; wall "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/one" --no-fsync
           rm -rf "$d/one"
-          echo "== 1 rank, --context-parallel (the case whole, one forward)"
+          echo "== 1 rank, --context-parallel (run's pipeline: one segment, the whole case)"
           wall mpirun --allow-run-as-root -np 1 "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/cp1" --no-fsync
+          grep -h "rank 0:" "$d/last.txt" | cut -c1-250
           rm -rf "$d/cp1"
           echo "== ${MPI_RANKS:-2} ranks, --context-parallel"
           wall mpirun --allow-run-as-root -np "${MPI_RANKS:-2}" "$GPU_DIR/linattn" run --context-parallel "$d/in.h5" -o "$d/two" --no-fsync
-          grep -h "chunks" "$d/last.txt" | cut -c1-200
+          grep -hE "chunks|  rank [0-9]:" "$d/last.txt" | cut -c1-250
           rm -rf "$d/two" "$d/in.h5"
           # verify reads the case whole in fp64 (too much memory at 1M tokens): a smaller case for it
           "$GPU_DIR/linattn" generate -o "$d/small.h5" --shape "${MPI_CP_VERIFY_SHAPE:-1,131072,16,128,128}" --dtype bf16 --seed 7 > /dev/null

@@ -232,7 +232,7 @@ void Batch::close_case(const OpenCase& c) {
 
 void Batch::run_case_reading(CaseResult& r, std::size_t index, std::size_t total) {
   const OpenCase c = open_case(r);
-  const std::vector<Window> windows = plan(r, c, whole_window(c.p));
+  const std::vector<Window> windows = plan(r, c, whole_case_window(c.p));
   const std::shared_ptr<CaseWrite> out = writer_.open(r.output, c.p, c.layout, opt_.durable);
   std::int64_t total_bytes = 0;
   for (const Window& w : windows) {

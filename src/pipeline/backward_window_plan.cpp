@@ -109,17 +109,6 @@ std::int64_t backward_window_bytes(const Problem& p, const BackwardStorage& s, c
   return p.varlen() ? bytes_of(u, 1, w.tokens(), w.chunks, w.sequences()) : bytes_of(u, p.B, w.tokens(), w.chunks, p.B);
 }
 
-Window whole_case_window(const Problem& p) {
-  Window w;
-  w.t0 = 0;
-  w.t1 = p.T;
-  w.seq_begin = 0;
-  w.seq_end = p.num_sequences();
-  w.chunk0 = 0;
-  w.chunks = p.total_chunks();
-  return w;
-}
-
 std::int64_t backward_window_limit(const Problem& p, const BackwardStorage& s, std::int64_t budget) {
   const BackwardUnits u = units(p, s);
   // A window of one chunk: of every row (plain), or of one sequence (packed).

@@ -33,8 +33,6 @@ struct BackwardStorage {
 // The working set of window w of problem `whole`.
 std::int64_t backward_window_bytes(const Problem& whole, const BackwardStorage& s, const Window& w);
 
-// The whole case as one window.
-Window whole_case_window(const Problem& whole);
 
 // The working set a window of the case may take under --memory-budget
 // `budget`: a third of it (while the kernels hold one window, the reads ahead

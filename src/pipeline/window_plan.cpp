@@ -231,14 +231,14 @@ std::vector<Window> plan_windows(const Problem& whole, const CaseStorage& storag
   return whole.varlen() ? plan_packed(whole, storage, limits) : plan_plain(whole, storage, limits, granule);
 }
 
-Window whole_window(const Problem& whole) {
+Window whole_case_window(const Problem& whole) {
   Window w;
   w.t0 = 0;
   w.t1 = whole.T;
   w.seq_begin = 0;
   w.seq_end = whole.num_sequences();
   w.chunk0 = 0;
-  w.chunks = whole.h_shape()[1];
+  w.chunks = whole.total_chunks();
   return w;
 }
 

@@ -98,7 +98,7 @@ std::vector<Window> plan_windows(const Problem& whole, const CaseStorage& storag
                                  std::int64_t granule = 1);
 
 // The whole case as one window.
-Window whole_window(const Problem& whole);
+Window whole_case_window(const Problem& whole);
 
 // The windows of a part of the case (a context-parallel rank's segment, a
 // Window of the case cut at chunk boundaries of its sequences): planned as
