@@ -202,29 +202,29 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
   // others write their windows at its datasets' offsets (write_stage.hpp).
   pipeline::WriteStage& writer = batch.writer();
   std::shared_ptr<pipeline::CaseWrite> out;
-  std::string offsets_message;
-  const auto create = [&] {
+  std::string created;  // why this rank has no output to write into
+  if (rank == 0) created = attempt(r, [&] { out = writer.open(r.output, p, c.layout, opt.durable); });
+  if (ranks > 1) {
+    // Rank 0 sends the offsets, or nothing when it has none (its own error is the case's).
     RawOffsets at;
-    if (rank == 0) {
-      out = writer.open(r.output, p, c.layout, opt.durable);
-      if (ranks == 1) return;
-      const std::string error = writer.share(out, at);
-      if (!error.empty()) throw FileError::preformatted(error);
-      if (!at.complete(s.snapshots, s.normalize))
-        throw FileError(r.output, "context parallel: the output's datasets have no file offsets");
-      offsets_message = pipeline::MessageWriter().i64s({at.o, at.h, at.final_state, at.z_state}).bytes();
+    std::string offsets;
+    if (rank == 0 && created.empty()) {
+      created = writer.share(out, at);
+      if (created.empty() && !at.complete(s.snapshots, s.normalize))
+        created = FileError(r.output, "context parallel: the output's datasets have no file offsets").what();
+      if (created.empty()) offsets = pipeline::MessageWriter().i64s({at.o, at.h, at.final_state, at.z_state}).bytes();
     }
-    offsets_message = parallel::broadcast(offsets_message);
-    if (rank != 0) {
-      const std::vector<std::int64_t> o = pipeline::MessageReader(offsets_message).i64s();
+    offsets = parallel::broadcast(offsets);
+    if (rank != 0 && offsets.empty()) created = "context parallel: rank 0 has no output file to write into";
+    if (rank != 0 && !offsets.empty()) {
+      const std::vector<std::int64_t> o = pipeline::MessageReader(offsets).i64s();
       at.o = o.at(0);
       at.h = o.at(1);
       at.final_state = o.at(2);
       at.z_state = o.at(3);
       out = writer.open_raw(r.output + ".partial", p, c.layout, at, opt.durable);
     }
-  };
-  const std::string created = attempt(r, create);
+  }
   if (failed_anywhere(created, r)) {
     if (out) writer.abort(out);
     static_cast<void>(attempt(r, [&] { batch.close_case(c); }));
