@@ -379,6 +379,18 @@ b, _, _ = read(os.path.join(out("chain4"), "chain.case0.h5"))
 check(relative_l2(b["o"], a["o"]) < 1e-6 and relative_l2(b["final_state"], a["final_state"]) < 1e-6,
       "chain on 4 ranks: o and the final state match one rank's to the fp32 order")
 
+# ---- 5. One rank of mpirun: Open MPI binds it to one core, as it binds each of two, and its reader
+# processes and writer thread would share that core (1.6x the wall time of a run without mpirun on
+# the H100 host): it widens to the node's CPUs, as a rank of several does, and says so.
+probe = subprocess.run(mpirun(1) + ["sh", "-c", "taskset -pc $$"], capture_output=True, text=True, env=ENV, timeout=60)
+launcher_cpus = probe.stdout.strip().rsplit(" ", 1)[-1] if probe.returncode == 0 else ""
+one = run(["run", tiny, "-o", out("one_rank"), "--no-fsync"], ranks=1)
+if launcher_cpus.isdigit():  # bound to a single CPU by mpirun
+    check("bound to one CPU by the launcher; runs on CPUs" in one.stderr,
+          f"1 rank bound by mpirun to CPU {launcher_cpus}: linattn widens it ({one.stderr.strip()[:200]!r})")
+else:
+    check(True, f"1 rank: mpirun did not bind it to one CPU here ({launcher_cpus!r}), nothing to widen")
+
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
 print("all MPI checks passed")

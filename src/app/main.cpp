@@ -62,7 +62,9 @@ int main(int argc, char** argv) {
 
   // MPI (when launched by mpirun) before Kokkos, which needs the rank's GPU; finalized after it.
   linattn::parallel::Session mpi(argc, argv);
-  if (linattn::parallel::size() > 1) {  // before any reader process is forked (parallel/rank_cpus.hpp)
+  // Before any reader process is forked (parallel/rank_cpus.hpp); one rank of mpirun too, which
+  // Open MPI binds to one core as it binds two (its pipeline on one core: 1.6x the wall time, H100 host).
+  if (linattn::parallel::started()) {
     const std::string note =
         linattn::parallel::widen_binding(linattn::parallel::local_rank(), linattn::parallel::local_size());
     if (!note.empty() && linattn::parallel::rank() == 0) std::cerr << "linattn: ranks " << note << std::endl;

@@ -22,6 +22,8 @@ class Session {
 
 // True in builds with MPI (LINATTN_HAVE_MPI).
 bool built_with_mpi();
+// True while this process is an MPI rank (the Session started MPI), one rank of one included.
+bool started();
 
 int rank();        // in the world communicator; 0 without MPI
 int size();        // ranks in the world; 1 without MPI

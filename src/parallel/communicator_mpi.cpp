@@ -78,6 +78,7 @@ Session::~Session() {
 }
 
 bool built_with_mpi() { return true; }
+bool started() { return active; }
 int rank() { return world_rank; }
 int size() { return world_size; }
 int local_rank() { return node_rank; }

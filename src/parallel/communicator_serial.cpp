@@ -22,6 +22,7 @@ Session::Session(int&, char**&) {
 Session::~Session() = default;
 
 bool built_with_mpi() { return false; }
+bool started() { return false; }
 int rank() { return 0; }
 int size() { return 1; }
 int local_rank() { return 0; }
