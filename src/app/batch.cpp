@@ -223,6 +223,16 @@ WindowTimes Batch::stream(CaseResult& r, const OpenCase& c, const std::vector<Wi
   return times;
 }
 
+void Batch::start_progress(const std::string& label, const OpenCase& c, const std::vector<Window>& windows) {
+  std::int64_t tokens = 0, bytes = 0;
+  for (const Window& w : windows) {
+    const WindowLayout l = window_layout(c.p, c.s, w);
+    tokens += window_tokens(c.p, w);
+    bytes += l.input_bytes + l.output_bytes;
+  }
+  progress_.start_case(label, tokens, bytes);
+}
+
 void Batch::close_case(const OpenCase& c) {
   for (ReaderProcess* reader : reads_.processes()) {
     reader->drain(c.until);  // reads left after a write failure
@@ -234,12 +244,7 @@ void Batch::run_case_reading(CaseResult& r, std::size_t index, std::size_t total
   const OpenCase c = open_case(r);
   const std::vector<Window> windows = plan(r, c, whole_case_window(c.p));
   const std::shared_ptr<CaseWrite> out = writer_.open(r.output, c.p, c.layout, opt_.durable);
-  std::int64_t total_bytes = 0;
-  for (const Window& w : windows) {
-    const WindowLayout l = window_layout(c.p, c.s, w);
-    total_bytes += l.input_bytes + l.output_bytes;
-  }
-  progress_.start_case(case_counter(index, total) + " " + printable(r.label()), case_tokens(c.p), total_bytes);
+  start_progress(case_counter(index, total) + " " + printable(r.label()), c, windows);
   WindowTimes times;
   try {
     times = stream(r, c, windows, out, nullptr);

@@ -78,6 +78,8 @@ class Batch {
   pipeline::WindowTimes stream(CaseResult& r, const OpenCase& c, const std::vector<Window>& windows,
                                const std::shared_ptr<pipeline::CaseWrite>& out,
                                const std::function<StartState()>& before_compute);
+  // The progress bar's case: the tokens (of every batch row) and bytes of these windows.
+  void start_progress(const std::string& label, const OpenCase& c, const std::vector<Window>& windows);
   // Every reader done with the case (reads left after a write failure drained).
   void close_case(const OpenCase& c);
   pipeline::WriteStage& writer() { return writer_; }

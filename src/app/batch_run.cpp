@@ -18,16 +18,9 @@
 #include "kernels/execution.hpp"
 #include "parallel/case_assignment.hpp"
 #include "parallel/communicator.hpp"
-#include "pipeline/compute_stage.hpp"
-#include "pipeline/host_buffers.hpp"
 #include "pipeline/memory_budget.hpp"
-#include "pipeline/pinned_memory.hpp"
 #include "pipeline/read_protocol.hpp"
-#include "pipeline/read_stage.hpp"
-#include "pipeline/reader_group.hpp"
 #include "pipeline/signal_cleanup.hpp"
-#include "pipeline/window_groups.hpp"
-#include "pipeline/write_stage.hpp"
 
 #include <unistd.h>
 
@@ -38,7 +31,6 @@
 #include <functional>
 #include <iostream>
 #include <limits>
-#include <map>
 #include <numeric>
 #include <ostream>
 #include <set>

@@ -88,22 +88,6 @@ void add_into(Tensor& a, const Tensor& b) {
   }
 }
 
-// The initial rows of the sequences of a segment that continues one: the
-// start state for that first one (plain batch: every row), the file's rows (or
-// zeros) for those that start in the segment.
-Tensor starting_rows(const Problem& sub, const Tensor& from_file, const Tensor& start,
-                     std::vector<std::int64_t> row_shape, DType acc) {
-  row_shape.insert(row_shape.begin(), sub.num_sequences());
-  Tensor rows = from_file.empty() ? Tensor(acc, row_shape) : from_file;
-  std::memcpy(rows.bytes.data(), start.bytes.data(), start.bytes.size());
-  return rows;
-}
-
-struct Times {
-  double kernel = 0;
-  void add(const StatePassOutput& y) { kernel += y.kernel_seconds; }
-};
-
 // Where one rank's wall time of a case goes, in seconds, step by step: the
 // kernels' warm-up (once per configuration), its state pass over the carried
 // piece (reading it included), its wait for the start state, its forward
@@ -244,7 +228,7 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
   // starting from the one before.
   const std::int64_t carry_rows = p.varlen() ? 1 : p.B;
   Carry start;
-  Times times;
+  double pass_kernels = 0;  // the state pass's kernel seconds
   parallel::ChainTrace trace(rank);
   double waited = 0;  // this rank's part of the critical path: its kernels, and its wait for a start state
   std::string failure;
@@ -277,7 +261,7 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
               run_state_pass(piece_problem, config, piece.k, piece.v,
                              first ? present(piece.initial_state) : &start.state,
                              first ? present(piece.initial_z) : present(start.z), present(piece.log_decay));
-          times.add(y);
+          pass_kernels += y.kernel_seconds;
           start = {y.final_state, y.z_state};
           if (config.gate != GateKind::none) {
             const std::vector<double> d =
@@ -325,17 +309,7 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
 
   // 2. The segment's windows through the pipeline, from that start.
   pipeline::WindowTimes forward;
-  const std::int64_t window_bytes = [&] {
-    std::int64_t bytes = 0;
-    for (const Window& x : windows) {
-      const WindowLayout l = window_layout(p, s, x);
-      bytes += l.input_bytes + l.output_bytes;
-    }
-    return bytes;
-  }();
-  std::int64_t tokens = 0;
-  for (const Window& x : windows) tokens += window_tokens(p, x);
-  reporter.start_case(case_counter(index, total) + " " + printable(r.label()), tokens, window_bytes);
+  batch.start_progress(case_counter(index, total) + " " + printable(r.label()), c, windows);
   const std::string streamed = attempt(r, [&] {
     if (works) {
       forward = batch.stream(r, c, windows, out, chain);
@@ -344,10 +318,10 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
       chain();
     }
   });
-  if (!chained) static_cast<void>(attempt(r, [&] {
-    failure = streamed.empty() ? "context parallel: the chain was skipped" : streamed;
-    chain();
-  }));
+  if (!chained) {  // the stream failed before it asked for the start state: the chain goes on without it
+    failure = streamed;
+    static_cast<void>(attempt(r, chain));
+  }
   trace.event("forward end");
   phases.forward = seconds_since(mark);
   phases.kernels = forward.kernel;
@@ -373,7 +347,7 @@ void run_shared_case(const RunOptions& opt, Batch& batch, ProgressReporter& repo
   all.upload = parallel::max(forward.upload);
   // The critical path: a rank that waited for its start state counts the wait
   // (copies to and from the device are reported on their own).
-  all.kernel = parallel::max(times.kernel + forward.kernel + waited);
+  all.kernel = parallel::max(pass_kernels + forward.kernel + waited);
   all.download = parallel::max(forward.download);
   r.tile_path = parallel::first_non_empty(works ? r.tile_path : "");
   r.kernel_seconds = all.kernel;
