@@ -117,6 +117,43 @@ for step in $steps; do
           --shape 4,8192,16,256 --shape 2,8192,8,256,512 --shape 8,4096,16,192 --reps 10 \
           --json "$LOGS/compare-fla-fp32-key-halves-$gemm.json" 2>&1 | tee "$LOGS/compare-fla-fp32-key-halves-$gemm.txt"
       done ;;
+    writers)  # issue 29's writes in parallel: linattn run on 4 cases of 8,8192,16,128 fp16 in /dev/shm, --writers 1 (one thread through HDF5, as before) beside 2, 4 and 8 mapped writers, h bf16 and fp32, in turn, twice; the outputs compared; one file written by 1-8 threads with pwrite and mapped
+      d=${WRITERS_DIR:-/dev/shm/linattn-writers}; rm -rf "$d"; mkdir -p "$d"
+      "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 8,8192,16,128,128 --dtype fp16 --cases 4 --seed 3 > /dev/null
+      cat "$d/in.h5" > /dev/null
+      {
+        echo "cores: $(nproc)"
+        for snap in bf16 fp32; do
+          for rep in 1 2; do
+            for w in 1 4 2 8; do
+              rm -rf "$d/out"; t0=$(date +%s.%N)
+              "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out" --no-fsync --snapshots $snap --writers $w > "$d/log" 2>&1
+              t1=$(date +%s.%N)
+              echo "== h $snap, --writers $w, run $rep: wall $(python3 -c "print(f'{$t1 - $t0:.3f}')") s"
+              grep -E "pipeline|cases:|peak RSS" "$d/log"
+            done
+          done
+        done
+        for r in 3; do
+          rm -rf "$d/out"; t0=$(date +%s.%N)
+          "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out" --no-fsync --snapshots bf16 --writers 4 --readers $r > "$d/log" 2>&1
+          t1=$(date +%s.%N)
+          echo "== h bf16, --writers 4 --readers $r: wall $(python3 -c "print(f'{$t1 - $t0:.3f}')") s"
+          grep -E "pipeline|cases:" "$d/log"
+        done
+        echo "== the outputs of --writers 1 and 4 (h bf16), dataset by dataset"
+        mv "$d/out" "$d/out4"
+        "$GPU_DIR/linattn" run "$d/in.h5" -o "$d/out1" --no-fsync --snapshots bf16 --writers 1 > /dev/null 2>&1
+        for c in 0 3; do for x in o h final_state; do
+          python3 -c "import sys, h5py; a, b = (h5py.File(f, 'r')[sys.argv[3]][()] for f in sys.argv[1:3]); print(sys.argv[3], 'same bytes' if a.tobytes() == b.tobytes() else 'DIFFER')" \
+            "$d/out1/in.case$c.h5" "$d/out4/in.case$c.h5" $x
+        done; done
+        rm -rf "$d/out1" "$d/out4" "$d/in.h5"
+        g++ -O2 -pthread bench/mapped_write_bandwidth.cpp -o "$d/mwb" && for t in 1 2 4 8; do
+          "$d/mwb" pwrite $t 3072 "$d/one.bin"; "$d/mwb" mapped $t 3072 "$d/one.bin"
+        done
+      } 2>&1 | tee "$LOGS/writers.txt"
+      rm -rf "$d" ;;
     write-bandwidth)  # what writing BYTES (default 3.25 GB, run's output of 4 cases of 8,8192,16,128) costs where run writes: dd into 1 and into 4 files, pwrite into one file from 1-8 threads
       d=${WRITE_DIR:-/dev/shm/linattn-write-bandwidth}; bytes=${BYTES:-3254810848}; rm -rf "$d"; mkdir -p "$d"
       {

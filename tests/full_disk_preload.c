@@ -2,8 +2,11 @@
  * it lets pwrite write the bytes of a "*.partial" file (an output being
  * written) up to byte LINATTN_TEST_DISK_BYTES of that file and fails the rest
  * with ENOSPC, as a full disk does: the part that fits is written, then errno
- * 28. Other files, and every file without the variable, are written as usual.
- * Needs no privileges, unlike a small file system mounted for the test. */
+ * 28. A mapped output (--writers above 1) is grown with ftruncate and written
+ * through memory: ftruncate stops the file at that byte instead, so that a
+ * page past it raises SIGBUS, as a page a full disk cannot back does. Other
+ * files, and every file without the variable, are written as usual. Needs no
+ * privileges, unlike a small file system mounted for the test. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
@@ -50,3 +53,16 @@ ssize_t pwrite(int fd, const void* buf, size_t count, off_t offset) {
 ssize_t pwrite64(int fd, const void* buf, size_t count, off_t offset) {
   return limited_pwrite("pwrite64", fd, buf, count, offset);
 }
+
+typedef int (*ftruncate_fn)(int, off_t);
+
+static int limited_ftruncate(const char* name, int fd, off_t length) {
+  const ftruncate_fn real = (ftruncate_fn)dlsym(RTLD_NEXT, name);
+  const char* limit_text = getenv("LINATTN_TEST_DISK_BYTES");
+  if (limit_text && is_partial(fd) && length > (off_t)atoll(limit_text)) length = (off_t)atoll(limit_text);
+  return real(fd, length);
+}
+
+int ftruncate(int fd, off_t length) { return limited_ftruncate("ftruncate", fd, length); }
+
+int ftruncate64(int fd, off_t length) { return limited_ftruncate("ftruncate64", fd, length); }

@@ -42,10 +42,12 @@ std::string first_difference(const Tensor& a, const Tensor& b) {
 struct Streamed {
   CaseResult result;
   OutputData output;
+  std::string report;  // what run_batch printed
 };
 
 Streamed stream_case(const TempDir& dir, const std::string& name, const CaseData& data, std::int64_t chunk,
-                     const ForwardConfig& forward, std::int64_t budget, std::int64_t device_window_parts = 0) {
+                     const ForwardConfig& forward, std::int64_t budget, std::int64_t device_window_parts = 0,
+                     int writers = 1) {
   const std::string input = dir / (name + ".h5");
   write_input_file(input, {{"", data}});
   RunOptions opt;
@@ -57,12 +59,14 @@ Streamed stream_case(const TempDir& dir, const std::string& name, const CaseData
   opt.scale = 0.5;
   opt.memory_budget = budget;
   opt.device_window_parts = device_window_parts;
+  opt.writers = writers;
   opt.durable = false;
   std::ostringstream progress, errors;
   const std::vector<CaseResult> results = run_batch(opt, progress, errors);
   EXPECT_EQ(results.size(), 1u);
   Streamed s;
   s.result = results.at(0);
+  s.report = progress.str() + errors.str();
   EXPECT_TRUE(s.result.ok) << s.result.error << errors.str();
   if (s.result.ok) s.output = read_output_file(output_path(opt.outdir, input, ""));
   return s;
@@ -254,6 +258,38 @@ TEST(Streaming, DeviceWindowsMatchWhole) {
       EXPECT_GE(s.result.windows, 4);
       EXPECT_LT(s.result.device_windows, s.result.windows) << "no windows were gathered";
       EXPECT_GT(s.result.device_windows, 1) << "one device window carries no state to the next";
+      expect_same_as_whole(data, s, 16, cfg);
+    }
+}
+
+// Several writers (pipeline/mapped_output.hpp): each output file mapped and
+// every window's runs copied in by threads at once, in pieces, instead of
+// HDF5's one writer: the whole case's bits, plain (a ragged last window) and
+// packed, normalized with key sums, snapshots or none, both output types.
+TEST(Streaming, MappedWritersMatchWhole) {
+  TempDir dir("streaming-writers");
+  Problem plain;
+  plain.B = 2; plain.T = 300; plain.H = 2; plain.DK = 16; plain.DV = 24; plain.chunk = 16;
+  Problem packed = plain;
+  packed.B = 1;
+  packed.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500};
+  packed.T = packed.cu_seqlens.back();
+  int n = 0;
+  for (const Problem& p : {plain, packed})
+    for (int writers : {2, 3}) {
+      const bool normalize = writers == 3;
+      SCOPED_TRACE(std::string(p.varlen() ? "packed, " : "plain, ") + std::to_string(writers) + " writers" +
+                   (normalize ? ", normalized" : ""));
+      const CaseData data = case_data(p, n % 2 ? DType::bf16 : DType::f32, 80 + n, true, normalize);
+      ForwardConfig cfg;
+      cfg.normalize = normalize;
+      cfg.snapshots = n == 1 ? SnapshotMode::none : n == 2 ? SnapshotMode::bf16 : SnapshotMode::accumulation;
+      cfg.output_fp32 = n == 3;
+      const Streamed s = stream_case(dir, "w" + std::to_string(n++), data, 16, cfg, kTinyBudget, 0, writers);
+      ASSERT_TRUE(s.result.ok);
+      EXPECT_GE(s.result.windows, 4);
+      EXPECT_NE(s.report.find("(" + std::to_string(writers) + " threads, 1 file mapped)"), std::string::npos)
+          << s.report;
       expect_same_as_whole(data, s, 16, cfg);
     }
 }

@@ -30,7 +30,7 @@ Batch::Batch(const RunOptions& opt, ProgressReporter& progress)
       reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
              std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
       outputs_(split_.output_slots, split_.slot_bytes, false),
-      writer_(outputs_.pool(), progress) {
+      writer_(outputs_.pool(), progress, opt.writers > 0 ? opt.writers : default_writers()) {
   buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
 }
 
@@ -41,7 +41,11 @@ std::string Batch::stage_report(double wall) const {
          s(reads_.busy_seconds()) + " (" + std::to_string(reads_.size()) + " processes); compute: upload " +
          s(totals_.upload) + ", kernels " + s(totals_.kernel) + ", download " + s(totals_.download) +
          ", waiting for input " + s(wait_input_) + ", for output slots " + s(wait_output_) + "; writer busy " +
-         s(w.writing) + ", making files durable " + s(w.committing) + "; " + std::to_string(split_.input_slots) + "+" +
+         s(w.writing) + (writer_.writers() > 1 ? " (" + std::to_string(writer_.writers()) + " threads, " +
+                                                std::to_string(writer_.mapped_files()) +
+                                                (writer_.mapped_files() == 1 ? " file" : " files") + " mapped)"
+                                          : "") +
+         ", making files durable " + s(w.committing) + "; " + std::to_string(split_.input_slots) + "+" +
          std::to_string(split_.output_slots) + " slots of " +
          (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"
                                          : std::to_string(split_.slot_bytes >> 10) + " KiB") +

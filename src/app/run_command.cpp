@@ -27,6 +27,7 @@ Command add_run_command(CLI::App& parent) {
     std::string memory_budget;
     double case_timeout = 1800;
     int readers = 2;
+    int writers = 0;
     std::int64_t device_windows = 0;
     bool context_parallel = false;
     double carry_cost = -1;
@@ -93,6 +94,12 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--readers", o->readers, "Reader processes reading windows side by side")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
+  cmd->add_option("--writers", o->writers,
+                  "Threads writing each output file: above 1, the file is mapped into memory and its windows copied "
+                  "in by that many threads at once (a file takes one write(2) at a time); 1: one thread through "
+                  "HDF5; 0: 4 where this process may use 8 cores or more, else 1")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
   cmd->add_option("--device-windows", o->device_windows,
                   "Most windows of a packed case gathered on the device into one launch, so that it walks many "
                   "sequences at once (0: as device memory allows; 1: each window alone); the results are the same")
@@ -100,7 +107,7 @@ Command add_run_command(CLI::App& parent) {
       ->capture_default_str();
   cmd->add_flag("--context-parallel", o->context_parallel,
                 "Under mpirun: split every case along T, one segment per rank, each rank starting from the state "
-                "the segments before it carry, all writing one output file (parallel HDF5); without it the ranks "
+                "the segments before it carry, all writing one output file; without it the ranks "
                 "share out the cases")
       ->excludes(compress);  // docs/PARALLEL.md, "Limits"
   cmd->add_option("--carry-cost", o->carry_cost,
@@ -131,6 +138,7 @@ Command add_run_command(CLI::App& parent) {
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
             opt.readers = o->readers;
+            opt.writers = o->writers;
             opt.device_window_parts = o->device_windows;
             opt.context_parallel = o->context_parallel;
             opt.carry_cost = o->carry_cost;

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -32,6 +33,32 @@ std::vector<RawRun> window_runs(const Problem& whole, const OutputLayout& layout
     add(at.z_state + l.finished_row0 * z_row, l.final_z, l.finished_rows * z_row, "z_state");
   }
   return runs;
+}
+
+std::int64_t raw_end(const Problem& whole, const OutputLayout& layout, const RawOffsets& at) {
+  auto bytes = [](const std::vector<std::int64_t>& shape, DType dtype) {
+    std::int64_t n = static_cast<std::int64_t>(dtype_size(dtype));
+    for (std::int64_t e : shape) n *= e;
+    return n;
+  };
+  std::int64_t end = 0;
+  auto add = [&](std::int64_t offset, std::int64_t size) {
+    if (offset >= 0) end = std::max(end, offset + size);
+  };
+  add(at.o, bytes(whole.o_shape(), layout.o));
+  if (layout.snapshots) add(at.h, bytes(whole.h_shape(), layout.h));
+  add(at.final_state, bytes(whole.state_shape(), layout.state));
+  if (layout.normalize) add(at.z_state, bytes(whole.z_shape(), layout.state));
+  return end;
+}
+
+std::vector<RawRun> split_runs(const std::vector<RawRun>& runs, std::int64_t max_bytes) {
+  std::vector<RawRun> pieces;
+  const std::int64_t step = std::max<std::int64_t>(1, max_bytes);
+  for (const RawRun& run : runs)
+    for (std::int64_t done = 0; done < run.bytes; done += step)
+      pieces.push_back({run.file_offset + done, run.slot_offset + done, std::min(step, run.bytes - done), run.dataset});
+  return pieces;
 }
 
 void write_run(int fd, const RawRun& run, const unsigned char* slot, const std::string& file) {

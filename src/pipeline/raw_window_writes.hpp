@@ -27,6 +27,13 @@ struct RawRun {
 std::vector<RawRun> window_runs(const Problem& whole, const OutputLayout& layout, const RawOffsets& at, const Window& w,
                                 const WindowLayout& l);
 
+// The end of the file's last dataset that `at` locates (the bytes a mapping
+// of the file must cover).
+std::int64_t raw_end(const Problem& whole, const OutputLayout& layout, const RawOffsets& at);
+
+// The runs cut into pieces of at most max_bytes, in order, to share among threads.
+std::vector<RawRun> split_runs(const std::vector<RawRun>& runs, std::int64_t max_bytes);
+
 // Writes one run in full (pwrite, again after a short write or EINTR).
 // Throws FileError "<reason> while writing dataset 'h' of FILE", the
 // message the HDF5 path gives.

@@ -4,12 +4,14 @@
 #include "pipeline/signal_cleanup.hpp"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <future>
+#include <vector>
 
 namespace linattn::pipeline {
 namespace {
@@ -28,7 +30,19 @@ void close_fd(int& fd) {
 
 }  // namespace
 
-WriteStage::WriteStage(SlotPool& outputs, ProgressReporter& progress) : outputs_(outputs), progress_(progress) {
+// A window's runs are copied in pieces of this size, shared among the writers.
+constexpr std::int64_t kCopyPieceBytes = std::int64_t(4) << 20;
+
+int default_writers() {
+  cpu_set_t mask;
+  CPU_ZERO(&mask);
+  const int cores = ::sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
+  return cores >= 8 ? 4 : 1;
+}
+
+WriteStage::WriteStage(SlotPool& outputs, ProgressReporter& progress, int writers)
+    : outputs_(outputs), progress_(progress) {
+  if (writers > 1) copies_ = std::make_unique<CopyPool>(writers);
   writer_ = std::thread([this] {
     while (auto job = jobs_.pop()) (*job)();
     commits_.close();
@@ -50,6 +64,7 @@ void WriteStage::fail(CaseWrite& c, const std::string& error) {
   c.failed.store(true);
   close_fd(c.writeback_fd);
   close_fd(c.raw_fd);
+  c.mapped.reset();
   c.stream.reset();  // removes the .partial file (a raw case's is not this process's to remove)
   unregister_partial(c.cleanup_token);
   c.cleanup_token = -1;
@@ -71,6 +86,8 @@ std::shared_ptr<CaseWrite> WriteStage::open(const std::string& path, const Probl
       c->cleanup_token = register_partial(c->path + ".partial");
       c->stream = std::make_unique<OutputStream>(c->path, c->problem, c->layout);
       if (c->durable) c->writeback_fd = ::open(c->stream->partial_path().c_str(), O_RDONLY | O_CLOEXEC);
+      c->raw = c->stream->raw_offsets();
+      if (copies_ && c->raw.complete(c->layout.snapshots, c->layout.normalize)) map(*c, c->stream->partial_path());
     } catch (const std::exception& e) {
       fail(*c, e.what());
     }
@@ -86,7 +103,12 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
     if (!c->failed.load()) {
       try {
         const unsigned char* base = outputs_.data(slot);
-        if (c->raw_fd >= 0) {
+        if (c->mapped) {
+          std::vector<std::function<void()>> copies;
+          for (const RawRun& piece : split_runs(window_runs(c->problem, c->layout, c->raw, w, l), kCopyPieceBytes))
+            copies.push_back([&c, piece, base] { c->mapped->copy(piece, base); });
+          copies_->run(copies);
+        } else if (c->raw_fd >= 0) {
           for (const RawRun& run : window_runs(c->problem, c->layout, c->raw, w, l))
             write_run(c->raw_fd, run, base, c->path);
         } else {
@@ -95,7 +117,7 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
           c->stream->write_final(l.finished_row0, l.finished_rows, base + l.final_state, base + l.final_z);
         }
         // Start the disk on what is written (best effort; the fsync at the end is what counts).
-        const int fd = c->raw_fd >= 0 ? c->raw_fd : c->writeback_fd;
+        const int fd = c->mapped ? c->mapped->fd() : c->raw_fd >= 0 ? c->raw_fd : c->writeback_fd;
         if (c->durable && fd >= 0) ::sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         progress_.advance(window_tokens(c->problem, w), bytes_moved);
       } catch (const std::exception& e) {
@@ -111,6 +133,7 @@ void WriteStage::finish(const std::shared_ptr<CaseWrite>& c, const RunRecord& re
                         std::function<void(const std::string&)> done) {
   jobs_.push([this, c, record, done] {
     close_fd(c->raw_fd);  // its pages are the file's: publish's fsync makes them durable
+    c->mapped.reset();
     if (!c->failed.load()) {
       try {
         c->stream->close(record);
@@ -141,8 +164,8 @@ std::string WriteStage::share(const std::shared_ptr<CaseWrite>& c, RawOffsets& a
   std::promise<std::string> known;
   jobs_.push([this, c, &known, &at] {
     if (!c->failed.load()) {
-      at = c->raw = c->stream->raw_offsets();
-      if (at.complete(c->layout.snapshots, c->layout.normalize)) {
+      at = c->raw;
+      if (at.complete(c->layout.snapshots, c->layout.normalize) && !c->mapped) {
         c->raw_fd = ::open(c->stream->partial_path().c_str(), O_WRONLY | O_CLOEXEC);
         if (c->raw_fd < 0)
           fail(*c, FileError(c->stream->partial_path(), std::string("cannot open for writing: ") + std::strerror(errno)).what());
@@ -162,6 +185,10 @@ std::shared_ptr<CaseWrite> WriteStage::open_raw(const std::string& partial, cons
   c->durable = durable;
   c->raw = at;
   jobs_.push([this, c] {
+    if (copies_) {
+      map(*c, c->path);
+      return;
+    }
     c->raw_fd = ::open(c->path.c_str(), O_WRONLY | O_CLOEXEC);
     if (c->raw_fd < 0) fail(*c, FileError(c->path, std::string("cannot open for writing: ") + std::strerror(errno)).what());
   });
@@ -171,12 +198,23 @@ std::shared_ptr<CaseWrite> WriteStage::open_raw(const std::string& partial, cons
 void WriteStage::finish_raw(const std::shared_ptr<CaseWrite>& c, std::function<void(const std::string&)> done) {
   jobs_.push([this, c, done] {
     const auto start = std::chrono::steady_clock::now();
-    if (!c->failed.load() && c->durable && ::fsync(c->raw_fd) != 0)
+    const int fd = c->mapped ? c->mapped->fd() : c->raw_fd;
+    if (!c->failed.load() && c->durable && ::fsync(fd) != 0)
       fail(*c, FileError(c->path, std::string("fsync failed: ") + std::strerror(errno)).what());
     close_fd(c->raw_fd);
+    c->mapped.reset();
     add_seconds(committing_, start);
     done(c->failed.load() ? c->error : "");
   });
+}
+
+void WriteStage::map(CaseWrite& c, const std::string& partial) {
+  try {
+    c.mapped = std::make_unique<MappedOutput>(partial, raw_end(c.problem, c.layout, c.raw), c.path);
+    mapped_files_++;
+  } catch (const std::exception& e) {
+    fail(c, e.what());
+  }
 }
 
 void WriteStage::drain() {

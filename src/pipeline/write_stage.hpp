@@ -11,15 +11,23 @@
 // starts the disk's writeback after every window (sync_file_range), so that
 // the final fsync finds little left to do.
 //
+// With several writers (--writers), a case's output file is mapped into
+// memory once created (mapped_output.hpp) and each window's runs are cut into
+// pieces that a pool of threads copies into it at once (copy_pool.hpp); HDF5,
+// still on the one writer thread, creates the file and writes its metadata.
+//
 // Context parallel's ranks share one output file (context_parallel_run.hpp):
 // rank 0's stage creates it as usual (its contiguous datasets allocated at
 // once, so their offsets are known: share) and finishes it after every rank
 // wrote; every rank pwrites its windows at those offsets
-// (raw_window_writes.hpp), the others' stages after open_raw, without HDF5.
+// (raw_window_writes.hpp; mapped as above with several writers), the others'
+// stages after open_raw, without HDF5.
 #pragma once
 
 #include "io/output_stream.hpp"
+#include "pipeline/copy_pool.hpp"
 #include "pipeline/host_buffers.hpp"
+#include "pipeline/mapped_output.hpp"
 #include "pipeline/progress_reporter.hpp"
 #include "pipeline/raw_window_writes.hpp"
 #include "pipeline/window_plan.hpp"
@@ -41,11 +49,18 @@ struct CaseWrite {
   std::unique_ptr<OutputStream> stream;
   int writeback_fd = -1;  // the .partial file, for sync_file_range
   int raw_fd = -1;        // open_raw: the .partial file another process created, written with pwrite
-  RawOffsets raw;         // open_raw: where its datasets' bytes lie
+  RawOffsets raw;         // where its datasets' bytes lie (open_raw, share, or mapped)
+  std::unique_ptr<MappedOutput> mapped;  // several writers: the file's datasets, mapped
   int cleanup_token = -1;
   std::atomic<bool> failed{false};
   std::string error;  // set before `failed`
 };
+
+// Writers when --writers is 0: 4 where this process may use 8 cores or more
+// (a GPU host; it reads, computes and writes at once), else 1 (one rank of
+// several on a node, a small machine: the mapped copies cost more CPU time
+// per byte than write(2), BENCHMARKS.md "Writes in parallel").
+int default_writers();
 
 // Seconds each thread spent working (not waiting), for the run's report.
 struct WriteTimes {
@@ -54,7 +69,8 @@ struct WriteTimes {
 
 class WriteStage {
  public:
-  WriteStage(SlotPool& outputs, ProgressReporter& progress);
+  // writers > 1: output files are mapped and their windows copied by that many threads.
+  WriteStage(SlotPool& outputs, ProgressReporter& progress, int writers = 1);
   ~WriteStage();  // finishes every queued job
 
   std::shared_ptr<CaseWrite> open(const std::string& path, const Problem& p, const OutputLayout& layout, bool durable);
@@ -81,12 +97,17 @@ class WriteStage {
   // Waits until every job queued so far is done, commits included.
   void drain();
   WriteTimes times() const { return {writing_.load(), committing_.load()}; }
+  int writers() const { return copies_ ? copies_->size() : 1; }
+  int mapped_files() const { return mapped_files_.load(); }  // files written through a mapping so far
 
  private:
   void fail(CaseWrite& c, const std::string& error);
+  void map(CaseWrite& c, const std::string& partial);
   SlotPool& outputs_;
   ProgressReporter& progress_;
   std::atomic<double> writing_{0}, committing_{0};
+  std::unique_ptr<CopyPool> copies_;  // several writers only
+  std::atomic<int> mapped_files_{0};
   WorkQueue<std::function<void()>> jobs_{64}, commits_{64};
   std::thread writer_, committer_;
 };
