@@ -248,6 +248,13 @@ for name in ("cp", "cpgate"):
     windows = rank_windows(small.stdout, case)
     check(len(windows) == 2 and min(windows) >= 3, f"{name}, 2 ranks, 1 MiB: each segment in several windows ({windows})")
     compare_folders(out(f"{name}2"), out(f"{name}_small2"), f"{name}, context parallel on 2 ranks in small windows")
+    # Several writers: every rank maps the shared file and copies its windows in with 2 threads.
+    mapped = run(["run", "--context-parallel", *sets[name], "-o", out(f"{name}_mapped2"), "--no-fsync",
+                  "--memory-budget", "1M", "--writers", "2"], ranks=2)
+    check(all(f"rank {r} pipeline:" in mapped.stdout + mapped.stderr for r in (0, 1)) and
+          (mapped.stdout + mapped.stderr).count("(2 threads, ") == 2 and " 0 files mapped" not in mapped.stdout + mapped.stderr,
+          f"{name}, 2 ranks, --writers 2: both ranks wrote through a mapping")
+    compare_folders(out(f"{name}2"), out(f"{name}_mapped2"), f"{name}, context parallel on 2 ranks, 2 mapped writers each")
 compare_folders(out("cpnorm1"), out("cpnorm2"), "context parallel, normalized, on 2 ranks")
 compare_folders(out("cpgate1"), out("cpgate2"), "context parallel, gated, on 2 ranks")
 chunks = rank_chunks(results[("cpgate", 2)], "cp_gated.h5:case0")
