@@ -18,6 +18,7 @@ rm -rf "$d"; mkdir -p "$d"
 RANKS=${RANKS:-1 4 8 16}
 BATCH_SHAPE=${BATCH_SHAPE:-2,16384,8,64,64}
 CP_SHAPE=${CP_SHAPE:-1,524288,8,64,64}
+RUN_ARGS=${RUN_ARGS:-}  # more options of linattn run in the batch and cp steps (e.g. --readers 1)
 
 # wall LABEL CMD...: the command's wall time, its last lines and its per-rank lines
 wall() {
@@ -85,7 +86,7 @@ PY
       { "$exe" generate -o "$d/batch.h5" --shape "$BATCH_SHAPE" --dtype fp32 --seed 5 --cases 16 > /dev/null
         for n in $RANKS; do
           rm -rf "$d/out"
-          wall "$n ranks, default binding" mpirun --allow-run-as-root -np "$n" "$exe" run "$d/batch.h5" -o "$d/out" --no-fsync
+          wall "$n ranks, default binding $RUN_ARGS" mpirun --allow-run-as-root -np "$n" "$exe" run "$d/batch.h5" -o "$d/out" --no-fsync $RUN_ARGS
         done
         for bind in ${BINDINGS:-}; do
           for n in ${BIND_RANKS:-8 16}; do
@@ -104,9 +105,9 @@ PY
       { "$exe" generate -o "$d/cp.h5" --shape "$CP_SHAPE" --dtype fp32 --seed 6 > /dev/null
         for n in $(echo 1 2 $RANKS | tr " " "\n" | sort -nu); do
           rm -rf "$d/out"
-          wall "$n ranks, --context-parallel" mpirun --allow-run-as-root -np "$n" "$exe" run --context-parallel "$d/cp.h5" -o "$d/out" --no-fsync
+          wall "$n ranks, --context-parallel $RUN_ARGS" mpirun --allow-run-as-root -np "$n" "$exe" run --context-parallel "$d/cp.h5" -o "$d/out" --no-fsync $RUN_ARGS
         done
-        rm -rf "$d/out" "$d/cp.h5"; } 2>&1 | tee "$LOGS/cpu-node-cp.txt" ;;
+        rm -rf "$d/out" "$d/cp.h5"; } 2>&1 | tee "$LOGS/cpu-node-cp${CP_TAG:-}.txt" ;;
     *) echo "unknown step $step" ;;
   esac
 done
