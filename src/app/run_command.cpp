@@ -97,7 +97,8 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--writers", o->writers,
                   "Threads writing each output file: above 1, the file is mapped into memory and its windows copied "
                   "in by that many threads at once (a file takes one write(2) at a time); 1: one thread through "
-                  "HDF5; 0: 4 where this process may use 8 cores or more, else 1")
+                  "HDF5 (as with --compress, whose chunks HDF5 writes); 0: 4 where this process may use 8 cores or "
+                  "more, else 1")
       ->check(CLI::Range(0, 16))
       ->capture_default_str();
   cmd->add_option("--device-windows", o->device_windows,

@@ -44,6 +44,11 @@ void MappedOutput::copy(const RawRun& run, const unsigned char* slot) const {
   if (!guarded_copy(data_ + run.file_offset, slot + run.slot_offset, static_cast<std::size_t>(run.bytes)))
     throw FileError::preformatted(std::string(std::strerror(ENOSPC)) + " while writing dataset '" + run.dataset +
                                   "' of " + file_);
+  // The pages stay in the file (the page cache); leaving the mapping keeps
+  // them out of this process's resident memory, which the budget counts.
+  const std::int64_t page = ::sysconf(_SC_PAGESIZE);
+  const std::int64_t first = run.file_offset / page * page, end = run.file_offset + run.bytes;
+  ::madvise(data_ + first, static_cast<std::size_t>(end - first), MADV_DONTNEED);
 }
 
 }  // namespace linattn::pipeline
