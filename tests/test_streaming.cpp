@@ -195,20 +195,26 @@ TEST(Streaming, TensorCoreShapeMatchesWhole) {
   }
 }
 
-// Gated cases (g_gamma, g, gk) streamed in windows: the decays restart at every
-// chunk and the carried state needs nothing new, so the windows give the
-// whole case's bits; the record names the gate, and the level-1 result of the
-// same inputs differs (the gate was read, not ignored).
-TEST(Streaming, GatedCasesMatchWhole) {
-  TempDir dir("streaming-gated");
+// A plain batch (a ragged last window) and a packed one of lengths 1, 63, 64,
+// 65, 40, 17, 130, 120, both cut by kTinyBudget into several windows.
+std::vector<Problem> plain_and_packed() {
   Problem plain;
   plain.B = 2; plain.T = 300; plain.H = 2; plain.DK = 16; plain.DV = 24; plain.chunk = 16;
   Problem packed = plain;
   packed.B = 1;
   packed.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500};
   packed.T = packed.cu_seqlens.back();
+  return {plain, packed};
+}
+
+// Gated cases (g_gamma, g, gk) streamed in windows: the decays restart at every
+// chunk and the carried state needs nothing new, so the windows give the
+// whole case's bits; the record names the gate, and the level-1 result of the
+// same inputs differs (the gate was read, not ignored).
+TEST(Streaming, GatedCasesMatchWhole) {
+  TempDir dir("streaming-gated");
   int n = 0;
-  for (const Problem& p : {plain, packed})
+  for (const Problem& p : plain_and_packed())
     for (GateKind gate : {GateKind::per_head, GateKind::per_token, GateKind::per_channel})
       for (Variant variant : {Variant::fused, Variant::materialized, Variant::recompute, Variant::recurrent}) {
         const DType dtype = p.varlen() ? DType::f32 : DType::bf16;
@@ -268,14 +274,8 @@ TEST(Streaming, DeviceWindowsMatchWhole) {
 // packed, normalized with key sums, snapshots or none, both output types.
 TEST(Streaming, MappedWritersMatchWhole) {
   TempDir dir("streaming-writers");
-  Problem plain;
-  plain.B = 2; plain.T = 300; plain.H = 2; plain.DK = 16; plain.DV = 24; plain.chunk = 16;
-  Problem packed = plain;
-  packed.B = 1;
-  packed.cu_seqlens = {0, 1, 64, 128, 193, 233, 250, 380, 500};
-  packed.T = packed.cu_seqlens.back();
   int n = 0;
-  for (const Problem& p : {plain, packed})
+  for (const Problem& p : plain_and_packed())
     for (int writers : {2, 3}) {
       const bool normalize = writers == 3;
       SCOPED_TRACE(std::string(p.varlen() ? "packed, " : "plain, ") + std::to_string(writers) + " writers" +
