@@ -30,7 +30,7 @@ Batch::Batch(const RunOptions& opt, ProgressReporter& progress)
       reads_(opt.reader_exe.empty() ? "/proc/self/exe" : opt.reader_exe, split_.input_slots,
              std::max(1, std::min(opt.readers, split_.input_slots)), split_.slot_bytes),
       outputs_(split_.output_slots, split_.slot_bytes, false),
-      writer_(outputs_.pool(), progress, opt.writers > 0 ? opt.writers : default_writers()) {
+      writer_(outputs_.pool(), progress, opt.writers) {
   buffers_ = std::chrono::duration<double>(Clock::now() - created_).count();
 }
 

@@ -41,9 +41,8 @@ struct RunOptions {
   std::string reader_exe;        // the program started as the reader process; "": this program
   int readers = 2;               // reader processes reading windows side by side
   // Threads writing each output file (mapped, pipeline/mapped_output.hpp); 1:
-  // one writer thread through HDF5; 0: as the cores this process may use allow
-  // (default_writers).
-  int writers = 0;
+  // one writer thread through HDF5.
+  int writers = 1;
   // Most windows of a packed case gathered into one device window
   // (pipeline/window_groups.hpp). 0: as the device's memory allows, until the
   // GPU's multiprocessors have several walks each; 1: none. Host backends

@@ -27,7 +27,7 @@ Command add_run_command(CLI::App& parent) {
     std::string memory_budget;
     double case_timeout = 1800;
     int readers = 2;
-    int writers = 0;
+    int writers = 1;
     std::int64_t device_windows = 0;
     bool context_parallel = false;
     double carry_cost = -1;
@@ -97,9 +97,9 @@ Command add_run_command(CLI::App& parent) {
   cmd->add_option("--writers", o->writers,
                   "Threads writing each output file: above 1, the file is mapped into memory and its windows copied "
                   "in by that many threads at once (a file takes one write(2) at a time); 1: one thread through "
-                  "HDF5 (as with --compress, whose chunks HDF5 writes); 0: 4 where this process may use 8 cores or "
-                  "more, else 1")
-      ->check(CLI::Range(0, 16))
+                  "HDF5 (as with --compress, whose chunks HDF5 writes). Each thread needs a core of its own: on a "
+                  "small machine the copies slow the kernels down")
+      ->check(CLI::Range(1, 16))
       ->capture_default_str();
   cmd->add_option("--device-windows", o->device_windows,
                   "Most windows of a packed case gathered on the device into one launch, so that it walks many "

@@ -4,7 +4,6 @@
 #include "pipeline/signal_cleanup.hpp"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,13 +31,6 @@ void close_fd(int& fd) {
 
 // A window's runs are copied in pieces of this size, shared among the writers.
 constexpr std::int64_t kCopyPieceBytes = std::int64_t(4) << 20;
-
-int default_writers() {
-  cpu_set_t mask;
-  CPU_ZERO(&mask);
-  const int cores = ::sched_getaffinity(0, sizeof(mask), &mask) == 0 ? CPU_COUNT(&mask) : 1;
-  return cores >= 8 ? 4 : 1;
-}
 
 WriteStage::WriteStage(SlotPool& outputs, ProgressReporter& progress, int writers)
     : outputs_(outputs), progress_(progress) {

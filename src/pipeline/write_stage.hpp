@@ -56,12 +56,6 @@ struct CaseWrite {
   std::string error;  // set before `failed`
 };
 
-// Writers when --writers is 0: 4 where this process may use 8 cores or more
-// (a GPU host; it reads, computes and writes at once), else 1 (one rank of
-// several on a node, a small machine: the mapped copies cost more CPU time
-// per byte than write(2), BENCHMARKS.md "Writes in parallel").
-int default_writers();
-
 // Seconds each thread spent working (not waiting), for the run's report.
 struct WriteTimes {
   double writing = 0, committing = 0;
