@@ -23,6 +23,7 @@
 #include <filesystem>
 #include <random>
 #include <regex>
+#include <tuple>
 
 namespace linattn {
 namespace {
@@ -225,6 +226,29 @@ TEST_F(BackwardStreaming, OneOrThreeReadersGiveTheSameBits) {
   }
 }
 
+// Several writers (grad_write_stage.hpp): the gradient file mapped and each
+// window's dq, dk, dv and dh0 rows copied in by threads at once: the bits of
+// the one-writer run, in small windows, plain and packed.
+TEST_F(BackwardStreaming, MappedWritersGiveTheSameBits) {
+  for (const std::string name : {"plain", "packed"}) {
+    SCOPED_TRACE(name);
+    const Exit one = backward(name, name + "-one-writer", "--memory-budget 1M");
+    ASSERT_EQ(one.code, 0) << one.output;
+    const Exit mapped = backward(name, name + "-mapped", "--memory-budget 1M --writers 3");
+    ASSERT_EQ(mapped.code, 0) << mapped.output;
+    EXPECT_TRUE(contains(mapped.output, "(3 threads, 1 file mapped)")) << mapped.output;
+    EXPECT_GE(windows_reported(mapped.output, fwd + "/" + name + ".case0.h5"), 4) << mapped.output;
+    const std::string stem = "/" + name + ".case0.grad.h5";
+    const GradOutputData a = read_grad_output_file(dir / (name + "-one-writer") + stem);
+    const GradOutputData b = read_grad_output_file(dir / (name + "-mapped") + stem);
+    expect_same_bits(a.dq, b.dq, "dq");
+    expect_same_bits(a.dk, b.dk, "dk");
+    expect_same_bits(a.dv, b.dv, "dv");
+    expect_same_bits(a.dh0, b.dh0, "dh0");
+    EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+  }
+}
+
 // Gated cases (g per token, g_gamma per head, gk per key channel), plain and
 // packed: the windows carry dS (dg and dgk sum within each chunk), so dq, dk,
 // dv, dh0, dg and dgk are the whole case's bits; dg_gamma sums dg over the
@@ -260,6 +284,16 @@ TEST(GatedBackwardStreaming, WindowsGiveTheWholeCaseAndVerify) {
     const std::string stem = std::string("/") + c.name + ".case0.grad.h5";
     const GradOutputData a = read_grad_output_file(dir / (std::string(c.name) + "-whole") + stem);
     const GradOutputData b = read_grad_output_file(dir / (std::string(c.name) + "-streamed") + stem);
+    // The same windows written through a mapping by two threads (grad_write_stage.hpp): the same bytes.
+    const Exit mapped = cli(base + dir / (std::string(c.name) + "-mapped") + "' --memory-budget 1M --writers 2");
+    ASSERT_EQ(mapped.code, 0) << mapped.output;
+    EXPECT_TRUE(contains(mapped.output, "(2 threads, 1 file mapped)")) << mapped.output;
+    const GradOutputData m = read_grad_output_file(dir / (std::string(c.name) + "-mapped") + stem);
+    for (const auto& [x, y, what] : {std::make_tuple(&b.dq, &m.dq, "dq (mapped)"), std::make_tuple(&b.dk, &m.dk, "dk (mapped)"),
+                                     std::make_tuple(&b.dv, &m.dv, "dv (mapped)"), std::make_tuple(&b.dh0, &m.dh0, "dh0 (mapped)"),
+                                     std::make_tuple(&b.dg, &m.dg, "dg (mapped)"), std::make_tuple(&b.dgk, &m.dgk, "dgk (mapped)"),
+                                     std::make_tuple(&b.dg_gamma, &m.dg_gamma, "dg_gamma (mapped)")})
+      expect_same_bits(*x, *y, what);
     expect_same_bits(a.dq, b.dq, "dq");
     expect_same_bits(a.dk, b.dk, "dk");
     expect_same_bits(a.dv, b.dv, "dv");

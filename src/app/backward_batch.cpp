@@ -174,6 +174,7 @@ class BackwardBuffers {
 // Where the batch's time went, summed over its cases.
 struct StageTimes {
   double kernels = 0, upload = 0, download = 0, waiting_for_reads = 0, writing = 0;
+  int mapped_files = 0;  // outputs written through a mapping (--writers above 1)
 };
 
 // One case, start to finish; throws on the first problem.
@@ -275,7 +276,8 @@ void run_case(const BackwardOptions& opt, ProgressReporter& progress, const std:
     const Clock::time_point until = deadline();
     try {
       // Two windows' outputs may wait for the writer while the kernels run on a third.
-      pipeline::GradWriteStage writer(*out, 2);
+      pipeline::GradWriteStage writer(*out, 2, opt.writers);
+      stages.mapped_files += writer.mapped() ? 1 : 0;
       try {
         res = run_streamed_backward(p, config, windows, src, inputs, until, buffers.output_slots(), writer,
                                     [&](const Window& w, bool) {
@@ -386,7 +388,10 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
   reporter.line("pipeline: wall " + sec(std::chrono::duration<double>(Clock::now() - batch_started).count()) + "; " +
                 buffers.describe() + "; upload " + sec(stages.upload) + ", kernels " + sec(stages.kernels) +
                 ", download " + sec(stages.download) + ", waiting for reads " + sec(stages.waiting_for_reads) +
-                "; writer busy " + sec(stages.writing));
+                "; writer busy " + sec(stages.writing) +
+                (opt.writers > 1 ? " (" + std::to_string(opt.writers) + " threads, " + std::to_string(stages.mapped_files) +
+                                       (stages.mapped_files == 1 ? " file" : " files") + " mapped)"
+                                 : ""));
   return results;
 }
 

@@ -31,6 +31,7 @@ struct BackwardOptions {
   bool progress_bar = true;        // a redrawn bar when stderr is a terminal
   double case_timeout = 1800;      // seconds the reader processes may spend on one case
   int readers = 3;                 // reader processes reading windows ahead, each into a slot of its own
+  int writers = 1;                 // threads copying into each mapped output; 1: one writer through HDF5
   std::string reader_exe;          // the program started as the reader process; "": this program
 };
 

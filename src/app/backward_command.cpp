@@ -19,6 +19,7 @@ Command add_backward_command(CLI::App& parent) {
     bool recompute_h = false, force = false, skip_existing = false, allow_nonfinite = false, allow_external_data = false, no_fsync = false;
     double case_timeout = 1800;
     int readers = 3;
+    int writers = 1;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = parent.add_subcommand(
@@ -77,6 +78,12 @@ Command add_backward_command(CLI::App& parent) {
                   "(the backward reads twice the bytes of the forward: q, k, v, do and h)")
       ->check(CLI::Range(1, 3))
       ->capture_default_str();
+  cmd->add_option("--writers", o->writers,
+                  "Threads writing each gradient file: above 1, the file is mapped into memory and each window's "
+                  "dq, dk, dv copied in by that many threads at once (a file takes one write(2) at a time); 1: one "
+                  "thread through HDF5")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
 
   return {cmd, [o] {
             if (o->variant != "fused")
@@ -98,6 +105,7 @@ Command add_backward_command(CLI::App& parent) {
             if (!o->memory_budget.empty()) opt.memory_budget = pipeline::parse_memory_size(o->memory_budget);
             opt.case_timeout = o->case_timeout;
             opt.readers = o->readers;
+            opt.writers = o->writers;
             const std::vector<BackwardCaseResult> results = run_backward_batch(opt, std::cout, std::cerr);
             std::cout << '\n';
             print_backward_summary(std::cout, results);

@@ -2,6 +2,8 @@
 
 #include "io/hdf5_dataset.hpp"
 
+#include <algorithm>
+
 namespace linattn {
 
 GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DType tokens, DType state,
@@ -14,6 +16,23 @@ GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DT
   dh0_ = hdf5::create_dataset(f, path, "dh0", state, p.state_shape(), {}, false);
   if (gate != GateKind::none)
     dg_ = hdf5::create_dataset(f, path, gate_gradient_name(gate), state, gate_shape(p, gate), {}, false);
+  offsets_.tokens = tokens;
+  offsets_.state = state;
+  offsets_.dq = hdf5::data_offset(dq_.get());
+  offsets_.dk = hdf5::data_offset(dk_.get());
+  offsets_.dv = hdf5::data_offset(dv_.get());
+  offsets_.dh0 = hdf5::data_offset(dh0_.get());
+  if (gate != GateKind::none) offsets_.dg = hdf5::data_offset(dg_.get());
+  auto end_of = [&](std::int64_t offset, DType dtype, const std::vector<std::int64_t>& shape) {
+    std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
+    for (std::int64_t e : shape) bytes *= e;
+    if (offset >= 0) data_end_ = std::max(data_end_, offset + bytes);
+  };
+  end_of(offsets_.dq, tokens, p.qk_shape());
+  end_of(offsets_.dk, tokens, p.qk_shape());
+  end_of(offsets_.dv, tokens, p.v_shape());
+  end_of(offsets_.dh0, state, p.state_shape());
+  if (gate != GateKind::none) end_of(offsets_.dg, state, gate_shape(p, gate));
   write_grad_dataset_attributes(f, path, p.varlen());
   if (p.varlen()) hdf5::write_index_vector(f, path, "cu_seqlens", p.cu_seqlens);
 }

@@ -4,7 +4,9 @@
 // dk and dv and the dh0 rows it finishes are written as blocks, and finish()
 // adds the attributes and commits the file (.partial -> final name, with
 // fsync when durable). A stream destroyed before finish() removes its
-// .partial file.
+// .partial file. The datasets are allocated when created: offsets() says
+// where their bytes lie, so that they can be written without HDF5
+// (grad_write_stage.hpp, several writers).
 #pragma once
 
 #include "core/gate.hpp"
@@ -19,6 +21,13 @@
 #include <vector>
 
 namespace linattn {
+
+// Byte offsets of the datasets' data in the file (-1: none), and the types
+// their bytes are in (dq, dk, dv: tokens; dh0 and the gate's gradient: state).
+struct GradOffsets {
+  std::int64_t dq = -1, dk = -1, dv = -1, dh0 = -1, dg = -1;
+  DType tokens = DType::f32, state = DType::f32;
+};
 
 class GradOutputStream {
  public:
@@ -39,11 +48,16 @@ class GradOutputStream {
   void finish(const GradRecord& record, bool durable);
   const std::string& path() const { return file_.path(); }
   const std::string& partial_path() const { return file_.partial_path(); }
+  const GradOffsets& offsets() const { return offsets_; }
+  std::int64_t data_end() const { return data_end_; }  // the end of the last dataset's bytes
+  GateKind gate() const { return gate_; }
 
  private:
   hdf5::NewFile file_;
   GateKind gate_;
   hdf5::Dataset dq_, dk_, dv_, dh0_, dg_;
+  GradOffsets offsets_;
+  std::int64_t data_end_ = 0;
 };
 
 }  // namespace linattn

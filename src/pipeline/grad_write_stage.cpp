@@ -4,7 +4,14 @@
 
 namespace linattn::pipeline {
 
-GradWriteStage::GradWriteStage(GradOutputStream& out, std::size_t depth) : out_(out), jobs_(depth) {
+GradWriteStage::GradWriteStage(GradOutputStream& out, std::size_t depth, int writers) : out_(out), jobs_(depth) {
+  const GradOffsets& at = out.offsets();
+  const bool located = at.dq >= 0 && at.dk >= 0 && at.dv >= 0 && at.dh0 >= 0 &&
+                       (out.gate() == GateKind::none || at.dg >= 0);
+  if (writers > 1 && located) {
+    mapped_ = std::make_unique<MappedOutput>(out.partial_path(), out.data_end(), out.path());
+    copies_ = std::make_unique<CopyPool>(writers);
+  }
   thread_ = std::thread([this] {
     while (std::optional<Job> job = jobs_.pop()) {
       bool skip;
@@ -56,6 +63,13 @@ void GradWriteStage::drain() {
     finished_.wait(lock, [&] { return done_ == submitted_; });
   }
   rethrow();
+}
+
+void GradWriteStage::copy(const std::vector<RawRun>& runs, const unsigned char* base) {
+  std::vector<std::function<void()>> pieces;
+  for (const RawRun& piece : split_runs(runs, std::int64_t(4) << 20))
+    pieces.push_back([this, piece, base] { mapped_->copy(piece, base); });
+  copies_->run(pieces);
 }
 
 double GradWriteStage::busy_seconds() const {

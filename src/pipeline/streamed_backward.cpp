@@ -4,6 +4,8 @@
 #include "pipeline/backward_window_outputs.hpp"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 #include <memory>
 
 namespace linattn {
@@ -110,6 +112,38 @@ struct WindowWrites {
   Tensor dh0;  // rows of the sequences that start in the window; empty when none
 };
 
+// Where a window's dq, dk, dv (and dg) go in a mapped output (several
+// writers, grad_write_stage.hpp): one run per batch row of each, their slot
+// offsets from the window's output slot.
+std::vector<pipeline::RawRun> token_runs(const GradOffsets& at, std::int64_t T, const WindowWrites& w) {
+  std::vector<pipeline::RawRun> runs;
+  const unsigned char* base = w.slot.data();
+  auto add = [&](std::int64_t offset, const TensorSpan& s, const char* dataset, DType stored) {
+    // Bytes are copied as they are: the file's type must be the tensor's (HDF5 would convert).
+    if (s.dtype != stored)
+      throw std::logic_error(std::string("mapped backward output: ") + dataset + " is not in its dataset's type");
+    const std::int64_t rows = s.shape.at(0), tokens = s.shape.at(1);
+    if (rows * tokens == 0) return;
+    const std::int64_t token_bytes = s.numel() / (rows * tokens) * static_cast<std::int64_t>(dtype_size(s.dtype));
+    for (std::int64_t r = 0; r < rows; ++r)
+      runs.push_back({offset + (r * T + w.t0) * token_bytes, (s.bytes - base) + r * tokens * token_bytes,
+                      tokens * token_bytes, dataset});
+  };
+  add(at.dq, w.grads.dq, "dq", at.tokens);
+  add(at.dk, w.grads.dk, "dk", at.tokens);
+  add(at.dv, w.grads.dv, "dv", at.tokens);
+  if (w.write_dg) add(at.dg, w.grads.dg, w.grads.dg.shape.size() == 4 ? "dgk" : "dg", at.state);
+  return runs;
+}
+
+// One run of a whole tensor's bytes at `offset` (dh0 rows, dg_gamma).
+std::vector<pipeline::RawRun> whole_run(const GradOffsets& at, std::int64_t offset, const Tensor& t,
+                                        const char* dataset) {
+  if (t.dtype != at.state)
+    throw std::logic_error(std::string("mapped backward output: ") + dataset + " is not in its dataset's type");
+  return {{offset, 0, static_cast<std::int64_t>(t.bytes.size()), dataset}};
+}
+
 }  // namespace
 
 StreamedBackwardResult run_streamed_backward(const Problem& whole, const BackwardConfig& config,
@@ -208,7 +242,16 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
       for (std::size_t j = 0; j < dg.size(); ++j) dg_gamma[j % dg_gamma.size()] += dg[j];
     }
     writes->write_dg = config.gate != GateKind::none && config.gate != GateKind::per_head;
-    out.submit([writes](GradOutputStream& o) {
+    out.submit([writes, &out, T = whole.T](GradOutputStream& o) {
+      if (out.mapped()) {
+        const GradOffsets& at = o.offsets();
+        out.copy(token_runs(at, T, *writes), writes->slot.data());
+        if (!writes->dh0.empty()) {
+          const std::int64_t row_bytes = static_cast<std::int64_t>(writes->dh0.bytes.size()) / writes->dh0.shape.at(0);
+          out.copy(whole_run(at, at.dh0 + writes->dh0_row0 * row_bytes, writes->dh0, "dh0"), writes->dh0.bytes.data());
+        }
+        return;
+      }
       o.write_tokens(writes->t0, writes->grads.dq, writes->grads.dk, writes->grads.dv);
       if (!writes->dh0.empty()) o.write_dh0(writes->dh0_row0, writes->dh0);
       if (writes->write_dg) o.write_dg(writes->t0, writes->grads.dg);
@@ -217,7 +260,10 @@ StreamedBackwardResult run_streamed_backward(const Problem& whole, const Backwar
   }
   if (config.gate == GateKind::per_head) {
     const Tensor total = Tensor::from_double(acc, {whole.H}, dg_gamma);
-    out.submit([total](GradOutputStream& o) { o.write_dg_gamma(total); });
+    out.submit([total, &out](GradOutputStream& o) {
+      if (out.mapped()) out.copy(whole_run(o.offsets(), o.offsets().dg, total, "dg_gamma"), total.bytes.data());
+      else o.write_dg_gamma(total);
+    });
   }
   out.drain();
   return r;
