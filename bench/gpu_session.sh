@@ -117,7 +117,7 @@ for step in $steps; do
           --shape 4,8192,16,256 --shape 2,8192,8,256,512 --shape 8,4096,16,192 --reps 10 \
           --json "$LOGS/compare-fla-fp32-key-halves-$gemm.json" 2>&1 | tee "$LOGS/compare-fla-fp32-key-halves-$gemm.txt"
       done ;;
-    writers)  # issue 29's writes in parallel: linattn run on 4 cases of 8,8192,16,128 fp16 in /dev/shm, --writers 1 (one thread through HDF5, as before) beside 2, 4 and 8 mapped writers, h bf16 and fp32, in turn, twice; the outputs compared; one file written by 1-8 threads with pwrite and mapped
+    writers)  # issue 29's writes in parallel: linattn run on 4 cases of 8,8192,16,128 fp16 in /dev/shm, --writers 1 (one thread through HDF5, as before) beside 2, 4 and 8 mapped writers, h bf16 and fp32, in turn, twice; the outputs compared; one file written by 1-8 threads with pwrite and mapped; then linattn backward of the same job with 1, 2 and 4 writers
       d=${WRITERS_DIR:-/dev/shm/linattn-writers}; rm -rf "$d"; mkdir -p "$d"
       "$GPU_DIR/linattn" generate -o "$d/in.h5" --shape 8,8192,16,128,128 --dtype fp16 --cases 4 --seed 3 > /dev/null
       cat "$d/in.h5" > /dev/null
@@ -153,7 +153,11 @@ for step in $steps; do
           "$d/mwb" pwrite $t 3072 "$d/one.bin"; "$d/mwb" mapped $t 3072 "$d/one.bin"
         done
       } 2>&1 | tee "$LOGS/writers.txt"
-      rm -rf "$d" ;;
+      rm -rf "$d"
+      # The backward of the same job, one writer beside mapped ones (run timed in the same call).
+      python3 bench/e2e_backward.py --linattn "$GPU_DIR/linattn" --fla "${FLA:-.fla}" --shape 8,8192,16,128,128 \
+        --cases 4 --no-script --also "--writers 2" --also "--writers 4" --json "$LOGS/e2e-backward-writers.json" 2>&1 |
+        tee "$LOGS/e2e-backward-writers.txt" ;;
     write-bandwidth)  # what writing BYTES (default 3.25 GB, run's output of 4 cases of 8,8192,16,128) costs where run writes: dd into 1 and into 4 files, pwrite into one file from 1-8 threads
       d=${WRITE_DIR:-/dev/shm/linattn-write-bandwidth}; bytes=${BYTES:-3254810848}; rm -rf "$d"; mkdir -p "$d"
       {
