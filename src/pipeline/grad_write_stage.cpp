@@ -66,10 +66,7 @@ void GradWriteStage::drain() {
 }
 
 void GradWriteStage::copy(const std::vector<RawRun>& runs, const unsigned char* base) {
-  std::vector<std::function<void()>> pieces;
-  for (const RawRun& piece : split_runs(runs, std::int64_t(4) << 20))
-    pieces.push_back([this, piece, base] { mapped_->copy(piece, base); });
-  copies_->run(pieces);
+  copy_runs(*mapped_, *copies_, runs, base);
 }
 
 double GradWriteStage::busy_seconds() const {

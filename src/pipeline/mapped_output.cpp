@@ -51,4 +51,11 @@ void MappedOutput::copy(const RawRun& run, const unsigned char* slot) const {
   ::madvise(data_ + first, static_cast<std::size_t>(end - first), MADV_DONTNEED);
 }
 
+void copy_runs(const MappedOutput& out, CopyPool& pool, const std::vector<RawRun>& runs, const unsigned char* base) {
+  std::vector<std::function<void()>> pieces;
+  for (const RawRun& piece : split_runs(runs, std::int64_t(4) << 20))
+    pieces.push_back([&out, piece, base] { out.copy(piece, base); });
+  pool.run(pieces);
+}
+
 }  // namespace linattn::pipeline

@@ -7,10 +7,12 @@
 // is shorter, and HDF5 keeps writing only the metadata.
 #pragma once
 
+#include "pipeline/copy_pool.hpp"
 #include "pipeline/raw_window_writes.hpp"
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace linattn::pipeline {
 
@@ -35,5 +37,10 @@ class MappedOutput {
   unsigned char* data_ = nullptr;
   std::int64_t bytes_ = 0;
 };
+
+// Copies the runs (their slot offsets from base) into out, cut into pieces of
+// at most 4 MiB that the pool's threads share; throws the first failing
+// piece's error (in the runs' order) once every piece is done.
+void copy_runs(const MappedOutput& out, CopyPool& pool, const std::vector<RawRun>& runs, const unsigned char* base);
 
 }  // namespace linattn::pipeline

@@ -10,7 +10,6 @@
 #include <chrono>
 #include <cstring>
 #include <future>
-#include <vector>
 
 namespace linattn::pipeline {
 namespace {
@@ -28,9 +27,6 @@ void close_fd(int& fd) {
 }
 
 }  // namespace
-
-// A window's runs are copied in pieces of this size, shared among the writers.
-constexpr std::int64_t kCopyPieceBytes = std::int64_t(4) << 20;
 
 WriteStage::WriteStage(SlotPool& outputs, ProgressReporter& progress, int writers)
     : outputs_(outputs), progress_(progress) {
@@ -96,10 +92,7 @@ void WriteStage::write(const std::shared_ptr<CaseWrite>& c, const Window& w, con
       try {
         const unsigned char* base = outputs_.data(slot);
         if (c->mapped) {
-          std::vector<std::function<void()>> copies;
-          for (const RawRun& piece : split_runs(window_runs(c->problem, c->layout, c->raw, w, l), kCopyPieceBytes))
-            copies.push_back([&c, piece, base] { c->mapped->copy(piece, base); });
-          copies_->run(copies);
+          copy_runs(*c->mapped, *copies_, window_runs(c->problem, c->layout, c->raw, w, l), base);
         } else if (c->raw_fd >= 0) {
           for (const RawRun& run : window_runs(c->problem, c->layout, c->raw, w, l))
             write_run(c->raw_fd, run, base, c->path);
