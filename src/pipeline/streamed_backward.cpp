@@ -4,9 +4,9 @@
 #include "pipeline/backward_window_outputs.hpp"
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 #include <string>
-#include <memory>
 
 namespace linattn {
 namespace {
