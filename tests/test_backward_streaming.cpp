@@ -114,6 +114,15 @@ void expect_same_bits(const Tensor& a, const Tensor& b, const char* name) {
   EXPECT_TRUE(a.bytes == b.bytes) << name << " differs";
 }
 
+// dq, dk, dv and dh0 (and cu_seqlens) of two gradient outputs, bit for bit.
+void expect_same_gradients(const GradOutputData& a, const GradOutputData& b) {
+  expect_same_bits(a.dq, b.dq, "dq");
+  expect_same_bits(a.dk, b.dk, "dk");
+  expect_same_bits(a.dv, b.dv, "dv");
+  expect_same_bits(a.dh0, b.dh0, "dh0");
+  EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+}
+
 class BackwardStreaming : public ::testing::Test {
  protected:
   TempDir dir{"backward-streaming"};
@@ -183,11 +192,7 @@ TEST_F(BackwardStreaming, WindowsGiveTheBitsOfTheWholeCase) {
       const std::string stem = "/" + name + ".case0.grad.h5";
       const GradOutputData a = read_grad_output_file(dir / (tag + "-whole") + stem);
       const GradOutputData b = read_grad_output_file(dir / (tag + "-streamed") + stem);
-      expect_same_bits(a.dq, b.dq, "dq");
-      expect_same_bits(a.dk, b.dk, "dk");
-      expect_same_bits(a.dv, b.dv, "dv");
-      expect_same_bits(a.dh0, b.dh0, "dh0");
-      EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+      expect_same_gradients(a, b);
       EXPECT_EQ(b.record.recompute_h, recompute);
 
       // The whole case is what run_backward gives in memory.
@@ -217,12 +222,8 @@ TEST_F(BackwardStreaming, OneOrThreeReadersGiveTheSameBits) {
     EXPECT_TRUE(contains(three.output, "(3 processes")) << three.output;
     EXPECT_GE(windows_reported(three.output, fwd + "/" + name + ".case0.h5"), 4) << three.output;
     const std::string stem = "/" + name + ".case0.grad.h5";
-    const GradOutputData a = read_grad_output_file(dir / (name + "-one-reader") + stem);
-    const GradOutputData b = read_grad_output_file(dir / (name + "-three-readers") + stem);
-    expect_same_bits(a.dq, b.dq, "dq");
-    expect_same_bits(a.dk, b.dk, "dk");
-    expect_same_bits(a.dv, b.dv, "dv");
-    expect_same_bits(a.dh0, b.dh0, "dh0");
+    expect_same_gradients(read_grad_output_file(dir / (name + "-one-reader") + stem),
+                          read_grad_output_file(dir / (name + "-three-readers") + stem));
   }
 }
 
@@ -239,13 +240,8 @@ TEST_F(BackwardStreaming, MappedWritersGiveTheSameBits) {
     EXPECT_TRUE(contains(mapped.output, "(3 threads, 1 file mapped)")) << mapped.output;
     EXPECT_GE(windows_reported(mapped.output, fwd + "/" + name + ".case0.h5"), 4) << mapped.output;
     const std::string stem = "/" + name + ".case0.grad.h5";
-    const GradOutputData a = read_grad_output_file(dir / (name + "-one-writer") + stem);
-    const GradOutputData b = read_grad_output_file(dir / (name + "-mapped") + stem);
-    expect_same_bits(a.dq, b.dq, "dq");
-    expect_same_bits(a.dk, b.dk, "dk");
-    expect_same_bits(a.dv, b.dv, "dv");
-    expect_same_bits(a.dh0, b.dh0, "dh0");
-    EXPECT_EQ(a.cu_seqlens, b.cu_seqlens);
+    expect_same_gradients(read_grad_output_file(dir / (name + "-one-writer") + stem),
+                          read_grad_output_file(dir / (name + "-mapped") + stem));
   }
 }
 
