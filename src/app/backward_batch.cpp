@@ -389,9 +389,7 @@ std::vector<BackwardCaseResult> run_backward_batch(const BackwardOptions& opt, s
                 buffers.describe() + "; upload " + sec(stages.upload) + ", kernels " + sec(stages.kernels) +
                 ", download " + sec(stages.download) + ", waiting for reads " + sec(stages.waiting_for_reads) +
                 "; writer busy " + sec(stages.writing) +
-                (opt.writers > 1 ? " (" + std::to_string(opt.writers) + " threads, " + std::to_string(stages.mapped_files) +
-                                       (stages.mapped_files == 1 ? " file" : " files") + " mapped)"
-                                 : ""));
+                pipeline::mapped_writers_note(opt.writers, stages.mapped_files));
   return results;
 }
 

@@ -41,10 +41,7 @@ std::string Batch::stage_report(double wall) const {
          s(reads_.busy_seconds()) + " (" + std::to_string(reads_.size()) + " processes); compute: upload " +
          s(totals_.upload) + ", kernels " + s(totals_.kernel) + ", download " + s(totals_.download) +
          ", waiting for input " + s(wait_input_) + ", for output slots " + s(wait_output_) + "; writer busy " +
-         s(w.writing) + (writer_.writers() > 1 ? " (" + std::to_string(writer_.writers()) + " threads, " +
-                                                std::to_string(writer_.mapped_files()) +
-                                                (writer_.mapped_files() == 1 ? " file" : " files") + " mapped)"
-                                          : "") +
+         s(w.writing) + mapped_writers_note(writer_.writers(), writer_.mapped_files()) +
          ", making files durable " + s(w.committing) + "; " + std::to_string(split_.input_slots) + "+" +
          std::to_string(split_.output_slots) + " slots of " +
          (split_.slot_bytes >= (1 << 20) ? std::to_string(split_.slot_bytes >> 20) + " MiB"

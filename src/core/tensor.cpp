@@ -60,6 +60,12 @@ Tensor Tensor::from_double(DType t, std::vector<std::int64_t> s, const std::vect
   return out;
 }
 
+std::int64_t tensor_bytes(DType t, const std::vector<std::int64_t>& shape) {
+  std::int64_t n = static_cast<std::int64_t>(dtype_size(t));
+  for (std::int64_t e : shape) n *= e;
+  return n;
+}
+
 std::string shape_string(const std::vector<std::int64_t>& shape) {
   std::ostringstream os;
   os << '[';

@@ -70,6 +70,8 @@ struct Tensor {
 double element_as_double(DType t, const unsigned char* bytes, std::int64_t i);
 
 std::string shape_string(const std::vector<std::int64_t>& shape);  // "[2, 64, 4, 32]"
+// The bytes of a row-major tensor of type t and this shape.
+std::int64_t tensor_bytes(DType t, const std::vector<std::int64_t>& shape);
 
 // Throws std::invalid_argument "NAME has shape [..], expected [..]" unless t has `expected`.
 void require_shape(const Tensor& t, const std::vector<std::int64_t>& expected, const char* name);

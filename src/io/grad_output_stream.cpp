@@ -24,9 +24,7 @@ GradOutputStream::GradOutputStream(const std::string& path, const Problem& p, DT
   offsets_.dh0 = hdf5::data_offset(dh0_.get());
   if (gate != GateKind::none) offsets_.dg = hdf5::data_offset(dg_.get());
   auto end_of = [&](std::int64_t offset, DType dtype, const std::vector<std::int64_t>& shape) {
-    std::int64_t bytes = static_cast<std::int64_t>(dtype_size(dtype));
-    for (std::int64_t e : shape) bytes *= e;
-    if (offset >= 0) data_end_ = std::max(data_end_, offset + bytes);
+    if (offset >= 0) data_end_ = std::max(data_end_, offset + tensor_bytes(dtype, shape));
   };
   end_of(offsets_.dq, tokens, p.qk_shape());
   end_of(offsets_.dk, tokens, p.qk_shape());

@@ -46,9 +46,15 @@ void MappedOutput::copy(const RawRun& run, const unsigned char* slot) const {
                                   "' of " + file_);
   // The pages stay in the file (the page cache); leaving the mapping keeps
   // them out of this process's resident memory, which the budget counts.
-  const std::int64_t page = ::sysconf(_SC_PAGESIZE);
+  static const std::int64_t page = ::sysconf(_SC_PAGESIZE);
   const std::int64_t first = run.file_offset / page * page, end = run.file_offset + run.bytes;
   ::madvise(data_ + first, static_cast<std::size_t>(end - first), MADV_DONTNEED);
+}
+
+std::string mapped_writers_note(int writers, int mapped_files) {
+  if (writers <= 1) return "";
+  return " (" + std::to_string(writers) + " threads, " + std::to_string(mapped_files) +
+         (mapped_files == 1 ? " file" : " files") + " mapped)";
 }
 
 void copy_runs(const MappedOutput& out, CopyPool& pool, const std::vector<RawRun>& runs, const unsigned char* base) {

@@ -38,6 +38,10 @@ class MappedOutput {
   std::int64_t bytes_ = 0;
 };
 
+// The pipeline line's note on the writers: " (4 threads, 3 files mapped)",
+// or "" with one writer.
+std::string mapped_writers_note(int writers, int mapped_files);
+
 // Copies the runs (their slot offsets from base) into out, cut into pieces of
 // at most 4 MiB that the pool's threads share; throws the first failing
 // piece's error (in the runs' order) once every piece is done.

@@ -36,19 +36,14 @@ std::vector<RawRun> window_runs(const Problem& whole, const OutputLayout& layout
 }
 
 std::int64_t raw_end(const Problem& whole, const OutputLayout& layout, const RawOffsets& at) {
-  auto bytes = [](const std::vector<std::int64_t>& shape, DType dtype) {
-    std::int64_t n = static_cast<std::int64_t>(dtype_size(dtype));
-    for (std::int64_t e : shape) n *= e;
-    return n;
-  };
   std::int64_t end = 0;
-  auto add = [&](std::int64_t offset, std::int64_t size) {
-    if (offset >= 0) end = std::max(end, offset + size);
+  auto add = [&](std::int64_t offset, DType dtype, const std::vector<std::int64_t>& shape) {
+    if (offset >= 0) end = std::max(end, offset + tensor_bytes(dtype, shape));
   };
-  add(at.o, bytes(whole.o_shape(), layout.o));
-  if (layout.snapshots) add(at.h, bytes(whole.h_shape(), layout.h));
-  add(at.final_state, bytes(whole.state_shape(), layout.state));
-  if (layout.normalize) add(at.z_state, bytes(whole.z_shape(), layout.state));
+  add(at.o, layout.o, whole.o_shape());
+  if (layout.snapshots) add(at.h, layout.h, whole.h_shape());
+  add(at.final_state, layout.state, whole.state_shape());
+  if (layout.normalize) add(at.z_state, layout.state, whole.z_shape());
   return end;
 }
 
